@@ -1,0 +1,372 @@
+"""Scenario files (`ck-mspr-scenario/1`, SCENARIOS.md): validated loading into typed records.
+
+Every problem is reported as `ScenarioError` naming the file, the JSON path and what is
+wrong. Unknown keys are ignored, as the format says.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from msprlab.engine.config import ConfigError, EngineConfig
+from msprlab.engine.config_dict import config_from_dict
+from msprlab.engine.graph import EdgeType
+from msprlab.engine.roles import POLICY_NAMES
+
+FORMAT = "ck-mspr-scenario/1"
+DEFAULT_NOW = datetime(2024, 1, 1)
+
+
+class ScenarioError(ValueError):
+    """A malformed scenario: `file: $.json.path: what is wrong`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioMemory:
+    id: str
+    text: str
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    tenant_id: str | None
+    sub_tenant_id: str | None
+    role: Any
+    allowed_roles: Any
+    has_role: bool
+    has_allowed_roles: bool
+    metadata: dict[str, Any]
+    embedding: list[float] | None
+    created_at: datetime
+    updated_at: datetime
+    last_accessed_at: datetime | None
+    relevance: float
+    relevance_floor: float
+    access_count: int
+    archived: bool
+    in_graph: bool
+    in_vector_store: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioEdge:
+    src: str
+    dst: str
+    type: EdgeType
+    weight: float
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackEvent:
+    memory_id: str
+    helpful: bool
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    query: str | None
+    metadata: dict[str, Any] | None
+    at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchEvent:
+    query: str
+    query_embedding: list[float]
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    filters: dict[str, Any] | None
+    limit: int
+    threshold: float | None
+    include_archived: bool
+    seeds: list[tuple[str | None, float | None]]
+    at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSetup:
+    policy: str
+    treat_global_as_visible: bool
+    treat_unrestricted_as_visible: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    source: str
+    now: datetime
+    config: EngineConfig
+    role: RoleSetup
+    memories: list[ScenarioMemory]
+    edges: list[ScenarioEdge]
+    events: list[FeedbackEvent | SearchEvent] = field(default_factory=list)
+
+
+class _Reader:
+    """Typed access to a JSON value that knows its own path, for error messages."""
+
+    def __init__(self, source: str, value: Any, path: str = "$") -> None:
+        self.source, self.value, self.path = source, value, path
+
+    def fail(self, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: {self.path}: {message}")
+
+    def child(self, key: str | int) -> _Reader:
+        sub = f"{self.path}[{key}]" if isinstance(key, int) else f"{self.path}.{key}"
+        value = self.value[key] if isinstance(key, int) else self.value.get(key)
+        return _Reader(self.source, value, sub)
+
+    def obj(self) -> _Reader:
+        if not isinstance(self.value, dict):
+            raise self.fail(f"expected an object, got {_kind(self.value)}")
+        return self
+
+    def items(self) -> list[_Reader]:
+        if not isinstance(self.value, list):
+            raise self.fail(f"expected a list, got {_kind(self.value)}")
+        return [self.child(i) for i in range(len(self.value))]
+
+    def get(self, key: str, kind: str, default: Any = None, *, required: bool = False) -> Any:
+        """Read `key` as kind (str, opt_str, bool, int, num, opt_num, time, opt_time, list)."""
+        sub = self.child(key)
+        if key not in self.value:
+            if required:
+                raise sub.fail("is required")
+            return default
+        return sub.as_kind(kind, default)
+
+    def as_kind(self, kind: str, default: Any = None) -> Any:
+        v = self.value
+        optional = kind.startswith("opt_")
+        base = kind.removeprefix("opt_")
+        if v is None and optional:
+            return None
+        if v is None and default is not None and base == "time":
+            return default
+        checks = {
+            "str": lambda: isinstance(v, str),
+            "bool": lambda: isinstance(v, bool),
+            "int": lambda: isinstance(v, int) and not isinstance(v, bool),
+            "num": lambda: isinstance(v, int | float) and not isinstance(v, bool)
+            and math.isfinite(v),
+            "time": lambda: isinstance(v, str),
+        }
+        if not checks[base]():
+            wanted = {"str": "a string", "bool": "true or false", "int": "an integer",
+                      "num": "a finite number", "time": "an ISO-8601 timestamp"}[base]
+            if optional:
+                wanted += " or null"
+            raise self.fail(f"expected {wanted}, got {_kind(v)} {v!r}")
+        if base == "time":
+            return _parse_time(self, v)
+        if base == "num":
+            return float(v)
+        return v
+
+    def vector(self, *, allow_null: bool) -> list[float] | None:
+        if self.value is None and allow_null:
+            return None
+        values = []
+        for item in self.items():
+            values.append(item.as_kind("num"))
+        return values
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(value), "a number")
+
+
+def _parse_time(reader: _Reader, text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise reader.fail(f"expected an ISO-8601 timestamp, got {text!r}") from None
+    offset = moment.utcoffset()
+    if offset is not None:  # the graph keeps naive UTC
+        moment = (moment - offset).replace(tzinfo=None)
+    return moment
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate one scenario file."""
+    source = str(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{source}: line {exc.lineno} column {exc.colno}: "
+                            f"not valid JSON: {exc.msg}") from None
+    return parse_scenario(raw, source=source)
+
+
+def parse_scenario(raw: Any, *, source: str = "<scenario>") -> Scenario:
+    top = _Reader(source, raw).obj()
+    fmt = top.get("format", "str", required=True)
+    if fmt != FORMAT:
+        raise top.child("format").fail(f"expected {FORMAT!r}, got {fmt!r}")
+    now = top.get("now", "time", DEFAULT_NOW)
+    config, role = _config(top.child("config")) if "config" in raw else (
+        _config(_Reader(source, {}, "$.config")))
+    memories = [_memory(m, now) for m in top.child("memories").items()] \
+        if "memories" in raw else []
+    ids = [m.id for m in memories]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise top.child("memories").fail(f"memory id {dup!r} appears more than once")
+    edges = [_edge(e) for e in top.child("edges").items()] if "edges" in raw else []
+    vector_ids = {m.id for m in memories if m.in_vector_store}
+    events = [_event(e, vector_ids) for e in top.child("events").items()] \
+        if "events" in raw else []
+    name = top.get("name", "str", Path(source).stem)
+    return Scenario(name, source, now, config, role, memories, edges, events)
+
+
+def _config(reader: _Reader) -> tuple[EngineConfig, RoleSetup]:
+    """Scenario config -> the ContextKit dict shape -> EngineConfig (bounds checked there)."""
+    reader.obj()
+    raw = reader.value
+    mspr = dict(raw.get("mspr") or {})
+    role_raw = dict(mspr.get("role") or {})
+    role_reader = reader.child("mspr").child("role") if "role" in mspr else None
+    setup = RoleSetup(
+        policy=role_raw.pop("policy", "none"),
+        treat_global_as_visible=role_raw.pop("treat_global_as_visible", True),
+        treat_unrestricted_as_visible=role_raw.pop("treat_unrestricted_as_visible", True))
+    if setup.policy not in POLICY_NAMES:
+        where = role_reader.child("policy") if role_reader else reader
+        raise where.fail(f"expected one of {', '.join(POLICY_NAMES)}, got {setup.policy!r}")
+    for knob in ("treat_global_as_visible", "treat_unrestricted_as_visible"):
+        if not isinstance(getattr(setup, knob), bool):
+            assert role_reader is not None
+            raise role_reader.child(knob).fail(f"expected true or false, got "
+                                               f"{getattr(setup, knob)!r}")
+    mspr_known = {"enabled", "feedback", "frequency", "success", "intent", "role"}
+    blocks = {
+        "feedback": {"enabled", "boost_delta", "penalty_delta", "max_boost_per_memory",
+                     "pin_floor_on_boost"},
+        "frequency": {"enabled"}, "success": {"enabled", "min_sample_size"},
+        "intent": {"enabled", "strategy", "llm_timeout_seconds", "cache_size",
+                   "enable_regex_fastpath"},
+        "role": {"enabled", "hard_filter"}}
+    mspr_dict: dict[str, Any] = {}
+    for key, value in mspr.items():
+        if key not in mspr_known:
+            continue
+        if key == "role":
+            value = role_raw
+        mspr_dict[key] = ({k: v for k, v in value.items() if k in blocks[key]}
+                          if isinstance(value, dict) and key in blocks else value)
+    retrieval_keys = {"alpha_dense", "beta_bm25", "gamma_graph", "delta_personal",
+                      "epsilon_frequency", "zeta_success", "seed_top_k", "expansion_depth",
+                      "max_candidates", "edge_weight_floor", "algorithm", "ppr_damping",
+                      "ppr_max_iter", "ppr_tolerance"}
+    decay_keys = {"enabled", "half_life_days", "min_edge_weight", "min_node_relevance",
+                  "tick_on_read"}
+    retrieval = raw.get("retrieval") or {}
+    decay = {"enabled": False, **(raw.get("decay") or {})}  # scenarios default decay off
+    ck = {
+        "context_graph": {
+            "enabled": True,
+            "retrieval": {k: v for k, v in retrieval.items() if k in retrieval_keys}
+            if isinstance(retrieval, dict) else retrieval,
+            "decay": {k: v for k, v in decay.items() if k in decay_keys},
+        },
+        "mspr": mspr_dict,
+    }
+    try:
+        config = config_from_dict(ck)
+    except ConfigError as exc:
+        message = str(exc)
+        path = reader.path
+        for prefix, json_prefix in (("context_graph.retrieval.", "retrieval."),
+                                    ("context_graph.decay.", "decay."), ("mspr.", "mspr.")):
+            if message.startswith(prefix):
+                key, _, rest = message.partition(" ")
+                raise ScenarioError(f"{reader.source}: {path}."
+                                    f"{json_prefix}{key.removeprefix(prefix)}: {rest}") from None
+        raise reader.fail(message) from None
+    return config, setup
+
+
+def _memory(reader: _Reader, now: datetime) -> ScenarioMemory:
+    m = reader.obj()
+    created = m.get("created_at", "opt_time") or now
+    updated = m.get("updated_at", "opt_time") or created
+    metadata = m.child("metadata").obj().value if m.value.get("metadata") is not None else {}
+    relevance = m.get("relevance", "num", 1.0)
+    floor = m.get("relevance_floor", "num", 0.0)
+    access = m.get("access_count", "int", 0)
+    if access < 0:
+        raise m.child("access_count").fail(f"must be >= 0, got {access}")
+    return ScenarioMemory(
+        id=m.get("id", "str", required=True),
+        text=m.get("text", "str", ""),
+        user_id=m.get("user_id", "opt_str") or None,
+        agent_id=m.get("agent_id", "opt_str") or None,
+        run_id=m.get("run_id", "opt_str") or None,
+        tenant_id=m.get("tenant_id", "opt_str"),
+        sub_tenant_id=m.get("sub_tenant_id", "opt_str"),
+        role=m.value.get("role"), allowed_roles=m.value.get("allowed_roles"),
+        has_role="role" in m.value, has_allowed_roles="allowed_roles" in m.value,
+        metadata=dict(metadata),
+        embedding=m.child("embedding").vector(allow_null=True),
+        created_at=created, updated_at=updated,
+        last_accessed_at=m.get("last_accessed_at", "opt_time"),
+        relevance=relevance, relevance_floor=floor, access_count=access,
+        archived=m.get("archived", "bool", False),
+        in_graph=m.get("in_graph", "bool", True),
+        in_vector_store=m.get("in_vector_store", "bool", True))
+
+
+def _edge(reader: _Reader) -> ScenarioEdge:
+    e = reader.obj()
+    kind = e.get("type", "str", required=True)
+    if kind not in EdgeType.__members__:
+        raise e.child("type").fail(
+            f"expected one of {', '.join(EdgeType.__members__)}, got {kind!r}")
+    return ScenarioEdge(src=e.get("src", "str", required=True),
+                        dst=e.get("dst", "str", required=True), type=EdgeType(kind),
+                        weight=e.get("weight", "num", 1.0),
+                        updated_at=e.get("updated_at", "opt_time"))
+
+
+def _event(reader: _Reader, vector_ids: set[str]) -> FeedbackEvent | SearchEvent:
+    e = reader.obj()
+    kind = e.get("type", "str", required=True)
+    at = e.get("at", "opt_time")
+    if kind == "feedback":
+        meta = e.value.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise e.child("metadata").fail(f"expected an object or null, got {_kind(meta)}")
+        return FeedbackEvent(
+            memory_id=e.get("memory_id", "str", required=True),
+            helpful=e.get("helpful", "bool", required=True),
+            user_id=e.get("user_id", "opt_str"), agent_id=e.get("agent_id", "opt_str"),
+            run_id=e.get("run_id", "opt_str"), query=e.get("query", "opt_str"),
+            metadata=meta, at=at)
+    if kind != "search":
+        raise e.child("type").fail(f"expected 'search' or 'feedback', got {kind!r}")
+    if "query_embedding" not in e.value:
+        raise e.child("query_embedding").fail("is required ([] for no query vector)")
+    filters = e.value.get("filters")
+    if filters is not None and not isinstance(filters, dict):
+        raise e.child("filters").fail(f"expected an object or null, got {_kind(filters)}")
+    seeds: list[tuple[str | None, float | None]] = []
+    for s in e.child("seeds").items() if e.value.get("seeds") is not None else []:
+        s.obj()
+        sid = s.get("id", "opt_str")
+        if sid is not None and sid not in vector_ids:
+            raise s.child("id").fail(f"seed {sid!r} is not an in_vector_store memory")
+        seeds.append((sid, s.get("score", "opt_num")))
+    return SearchEvent(
+        query=e.get("query", "str", required=True),
+        query_embedding=e.child("query_embedding").vector(allow_null=False) or [],
+        user_id=e.get("user_id", "opt_str"), agent_id=e.get("agent_id", "opt_str"),
+        run_id=e.get("run_id", "opt_str"), filters=filters,
+        limit=e.get("limit", "int", 100), threshold=e.get("threshold", "opt_num"),
+        include_archived=e.get("include_archived", "bool", False), seeds=seeds, at=at)

@@ -1,0 +1,80 @@
+"""Feedback verdicts: the stored rows, the boost cap and the personal term (MSPR.md section 13).
+
+Sums of `delta_applied` run in row order, plainly, as SQLite before 3.43 adds them; running
+sums kept per memory (and per memory and user) are the same additions in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackRow:
+    """One `feedback_events` row (MSPR.md section 2.3)."""
+
+    id: int
+    memory_id: str
+    user_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    query: str | None
+    query_hash: str | None
+    helpful: bool
+    delta_applied: float
+    timestamp: datetime
+    metadata_json: str
+
+
+class FeedbackStore:
+    """The `feedback_events` table in memory, with the aggregates the ranker reads."""
+
+    def __init__(self) -> None:
+        self.rows: list[FeedbackRow] = []
+        self._next_id = 1
+        self._net: dict[str, float] = defaultdict(float)
+        self._net_by_user: dict[tuple[str, str], float] = defaultdict(float)
+
+    def append(self, *, memory_id: str, user_id: str | None, agent_id: str | None,
+               run_id: str | None, query: str | None, query_hash: str | None, helpful: bool,
+               delta_applied: float, timestamp: datetime,
+               metadata: dict[str, Any] | None) -> int:
+        row = FeedbackRow(self._next_id, memory_id, user_id, agent_id, run_id, query,
+                          query_hash, helpful, delta_applied, timestamp,
+                          json.dumps(metadata or {}, sort_keys=True, default=str))
+        self._next_id += 1
+        self.rows.append(row)
+        self._add(row)
+        return row.id
+
+    def _add(self, row: FeedbackRow) -> None:
+        self._net[row.memory_id] += row.delta_applied
+        if row.user_id is not None:
+            self._net_by_user[(row.memory_id, row.user_id)] += row.delta_applied
+
+    def net(self, memory_id: str, user_id: str | None = None) -> float:
+        """Sum of delta_applied for a memory; one user's rows, or every row when None."""
+        if user_id is None:
+            return self._net.get(memory_id, 0.0)
+        return self._net_by_user.get((memory_id, user_id), 0.0)
+
+    def reset(self, user_id: str | None = None) -> int:
+        """Delete one user's rows, or all rows; returns how many were deleted."""
+        kept = [r for r in self.rows if user_id is not None and r.user_id != user_id]
+        removed = len(self.rows) - len(kept)
+        self.rows = kept
+        self._net.clear()
+        self._net_by_user.clear()
+        for row in kept:
+            self._add(row)
+        return removed
+
+
+def personal_boost(store: FeedbackStore, memory_id: str, user_id: str | None) -> float:
+    """clamp(tanh(net / 3), -1, 1); the library calls it with user_id None (global)."""
+    return max(-1.0, min(1.0, math.tanh(store.net(memory_id, user_id) / 3.0)))

@@ -1,0 +1,229 @@
+"""The context graph: memory nodes, typed weighted edges and embeddings (MSPR.md section 2).
+
+Adjacency mirrors a networkx MultiDiGraph with one edge per (src, dst, type): plain
+insertion-ordered dicts, so neighbour order, storage order and the effect of removing and
+re-adding an edge are the library's. Ties in BFS and PPR follow that order.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class EdgeType(enum.StrEnum):
+    REPLY_TO = "REPLY_TO"
+    TOPIC_SIMILAR = "TOPIC_SIMILAR"
+    DOCUMENT_LINK = "DOCUMENT_LINK"
+    TEMPORAL_NEXT = "TEMPORAL_NEXT"
+    UPDATED_FROM = "UPDATED_FROM"
+    CAUSAL = "CAUSAL"
+    SUPPORTS = "SUPPORTS"
+    CONTRADICTS = "CONTRADICTS"
+    REFINES = "REFINES"
+    ELABORATES = "ELABORATES"
+
+
+# Decay never touches these (MSPR.md section 2.2).
+STICKY_EDGE_TYPES = frozenset({EdgeType.CAUSAL, EdgeType.CONTRADICTS})
+
+
+@dataclass(slots=True)
+class MemoryNode:
+    id: str
+    hash: str
+    created_at: datetime
+    updated_at: datetime
+    version: int = 1
+    prev_version_id: str | None = None
+    relevance: float = 1.0
+    relevance_floor: float = 0.0
+    archived: bool = False
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    last_accessed_at: datetime | None = None
+    access_count: int = 0
+    helpful_count: int = 0
+    unhelpful_count: int = 0
+    last_feedback_at: datetime | None = None
+    tenant_id: str | None = None
+    sub_tenant_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class MemoryEdge:
+    src: str
+    dst: str
+    type: EdgeType
+    weight: float
+    created_at: datetime
+    updated_at: datetime
+    evidence: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Embedding:
+    """A stored vector with its squared norm summed left to right, as the library's cosine does."""
+
+    vector: FloatArray
+    norm_sq: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Embedding:
+        vector = np.asarray(values, dtype=np.float64)
+        return cls(vector, sequential_sum(vector * vector))
+
+
+def sequential_sum(values: FloatArray) -> float:
+    """Sum left to right (no pairwise summation), matching a Python `+=` loop."""
+    if values.size == 0:
+        return 0.0
+    return float(np.add.accumulate(values)[-1])
+
+
+_Adjacency = dict[str, dict[str, dict[EdgeType, MemoryEdge]]]
+
+
+class ContextGraph:
+    """Nodes (None marks a bare node created by an edge endpoint), edges and embeddings.
+
+    `version` changes on every structural or weight change, so derived views (the PPR
+    matrix, the access-count peak) can be cached and rebuilt only when needed.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, MemoryNode | None] = {}
+        self._succ: _Adjacency = {}
+        self._pred: _Adjacency = {}
+        self.embeddings: dict[str, Embedding] = {}
+        self.last_decay_tick: datetime | None = None
+        self.version = 0
+        self._peak: int | None = None
+
+    # ---- nodes ---------------------------------------------------------------------
+    def _ensure(self, node_id: str) -> None:
+        if node_id not in self.nodes:
+            self.nodes[node_id] = None
+            self._succ[node_id] = {}
+            self._pred[node_id] = {}
+
+    def add_node(self, node: MemoryNode) -> None:
+        """Insert or replace a node; a node keeps the position it first had."""
+        self._ensure(node.id)
+        self.nodes[node.id] = node
+        self.changed()
+
+    def get(self, node_id: str) -> MemoryNode | None:
+        return self.nodes.get(node_id)
+
+    def changed(self) -> None:
+        """Call after mutating nodes or edges in place: drops cached derived views."""
+        self.version += 1
+        self._peak = None
+
+    def set_embedding(self, node_id: str, values: Sequence[float]) -> None:
+        self.embeddings[node_id] = Embedding.of(values)
+
+    def peak_access_count(self) -> int:
+        """Maximum access_count over non-archived nodes (MSPR.md section 10.3), cached."""
+        if self._peak is None:
+            self._peak = max(
+                (n.access_count for n in self.nodes.values() if n is not None and not n.archived),
+                default=0)
+        return self._peak
+
+    def record_access(self, node_id: str, now: datetime) -> None:
+        """Access counting (MSPR.md section 15); unknown and bare nodes are skipped."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            return
+        node.access_count = max(0, node.access_count + 1)
+        node.last_accessed_at = now
+        if self._peak is not None and not node.archived:
+            self._peak = max(self._peak, node.access_count)
+
+    # ---- edges ---------------------------------------------------------------------
+    def upsert_edge(self, edge: MemoryEdge) -> MemoryEdge:
+        """Add an edge, or overwrite weight/updated_at/evidence/metadata of the existing key."""
+        existing = self._succ.get(edge.src, {}).get(edge.dst, {}).get(edge.type)
+        if existing is not None:
+            existing.weight = edge.weight
+            existing.updated_at = edge.updated_at
+            if edge.evidence is not None:
+                existing.evidence = edge.evidence
+            if edge.metadata:
+                existing.metadata.update(edge.metadata)
+            self.changed()
+            return existing
+        self._ensure(edge.src)
+        self._ensure(edge.dst)
+        self._succ[edge.src].setdefault(edge.dst, {})[edge.type] = edge
+        self._pred[edge.dst].setdefault(edge.src, {})[edge.type] = edge
+        self.changed()
+        return edge
+
+    def remove_edge(self, edge: MemoryEdge) -> None:
+        """Remove one key; an emptied (src, dst) pair loses its adjacency position."""
+        by_type = self._succ.get(edge.src, {}).get(edge.dst)
+        if not by_type or edge.type not in by_type:
+            return
+        del by_type[edge.type]
+        del self._pred[edge.dst][edge.src][edge.type]
+        if not by_type:
+            del self._succ[edge.src][edge.dst]
+            del self._pred[edge.dst][edge.src]
+        self.changed()
+
+    def edges(self) -> Iterator[MemoryEdge]:
+        """Every edge in storage order: by source in node order, then target, then type."""
+        for targets in self._succ.values():
+            for by_type in targets.values():
+                yield from by_type.values()
+
+    def incident(self, node_id: str) -> Iterator[MemoryEdge]:
+        """Outgoing then incoming edges of a node (a self loop appears in both)."""
+        for by_type in self._succ.get(node_id, {}).values():
+            yield from by_type.values()
+        for by_type in self._pred.get(node_id, {}).values():
+            yield from by_type.values()
+
+    def is_archived(self, node_id: str) -> bool:
+        node = self.nodes.get(node_id)
+        return node is not None and node.archived
+
+    def neighbours(self, node_id: str, *, min_weight: float,
+                   include_archived: bool) -> list[MemoryEdge]:
+        """Depth-1 neighbourhood in the library's order (MSPR.md section 8).
+
+        Outgoing edges first, then incoming; edges below `min_weight` or touching an
+        archived node (unless `include_archived`) are left out; a self loop is listed once.
+        """
+        if node_id not in self.nodes:
+            return []
+        found: list[MemoryEdge] = []
+        self_loops: set[EdgeType] = set()
+        for incoming, adjacency in ((False, self._succ), (True, self._pred)):
+            for other, by_type in adjacency[node_id].items():
+                for edge in by_type.values():
+                    if edge.weight < min_weight:
+                        continue
+                    if not include_archived and (
+                            self.is_archived(edge.src) or self.is_archived(edge.dst)):
+                        continue
+                    if other == node_id:
+                        if incoming and edge.type in self_loops:
+                            continue
+                        self_loops.add(edge.type)
+                    found.append(edge)
+        return found

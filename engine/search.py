@@ -1,0 +1,307 @@
+"""One `Memory.search` call: filters, seeds, the graph-first rerank stages in the library's
+order, access counting and telemetry (MSPR.md sections 1, 10-17)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from .bfs import EdgeKey, expand_bfs
+from .config import RetrievalConfig
+from .decay import DecayReport, maybe_tick_decay
+from .feedback import personal_boost
+from .graph import Embedding
+from .intent import EDGE_TYPE_PRIORS, IntentResult, apply_weight_override
+from .ppr import expand_ppr
+from .rerank import Candidate, Provider, SubgraphEdge, featurize, rank, subgraph
+from .roles import RoleContext, apply_role_policy, role_context_from_filters
+from .scope import SCOPE_KEYS, Scope, scope_from_filters
+from .seeds import Payload, trim_seeds
+from .state import EngineState
+from .success import hash_query
+
+# Payload keys a vector hit copies flat; every other non-core key goes under "metadata".
+PROMOTED_KEYS = ("user_id", "agent_id", "run_id", "actor_id", "role")
+_CORE_KEYS = frozenset({"data", "hash", "created_at", "updated_at", "id", *PROMOTED_KEYS})
+# Filter keys the library drops before querying the vector store.
+_VECTOR_SKIP_KEYS = frozenset({"confidence", "timestamp", "modality", "image_hash", "audio_hash"})
+
+
+class SearchError(ValueError):
+    """The library raises here too: the search has no result, only this error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """One vector-store hit: a memory id (may be empty) and the store's score."""
+
+    id: str | None
+    score: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    query: str
+    seeds: Sequence[Seed]
+    query_embedding: Sequence[float] | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    filters: Mapping[str, Any] | None = None
+    limit: int = 100
+    threshold: float | None = None
+    include_archived: bool = False
+    use_context_graph: bool | None = None
+
+
+@dataclass(slots=True)
+class SearchOutcome:
+    """What a search returned and how: results in order (final scores after any soft role
+    pass), every candidate the rerank scored, the subgraph, and anything the library would
+    have swallowed (`notes`)."""
+
+    results: list[Candidate]
+    candidates: list[Candidate] = field(default_factory=list)
+    subgraph: list[SubgraphEdge] = field(default_factory=list)
+    intent: IntentResult | None = None
+    weights: RetrievalConfig | None = None
+    graph_path: bool = False
+    decay: DecayReport | None = None
+    telemetry: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def effective_filters(req: SearchRequest) -> dict[str, Any]:
+    """Caller filters, deep-copied, with truthy session arguments written over them."""
+    filters = copy.deepcopy(dict(req.filters)) if req.filters else {}
+    provided = False
+    for key in SCOPE_KEYS:
+        value = getattr(req, key)
+        if value:
+            filters[key] = value
+            provided = True
+    if not provided:
+        # The library checks the arguments, not the filters (MSPR.md section 1 reads as if
+        # filters alone would do; 0.1.4 raises here).
+        raise SearchError("At least one of 'user_id', 'agent_id', or 'run_id' must be provided.")
+    return filters
+
+
+def vector_filters(filters: Mapping[str, Any]) -> dict[str, Any]:
+    """The filters as the vector store sees them: bool/int/str kept, floats as strings."""
+    out: dict[str, Any] = {}
+    for key, value in filters.items():
+        if key in _VECTOR_SKIP_KEYS:
+            continue
+        if isinstance(value, bool | int | str):
+            out[key] = value
+        elif isinstance(value, float):
+            out[key] = str(value)
+    return out
+
+
+def seed_payload(memory_id: str, stored: Mapping[str, Any], score: float | None) -> Payload:
+    """A vector hit as the library builds it: core fields, promoted keys, the rest nested."""
+    hit: Payload = {"id": memory_id, "memory": stored.get("data", ""), "hash": stored.get("hash"),
+                    "metadata": None, "score": score, "created_at": stored.get("created_at"),
+                    "updated_at": stored.get("updated_at")}
+    for key in PROMOTED_KEYS:
+        if key in stored:
+            hit[key] = stored[key]
+    extra = {k: v for k, v in stored.items() if k not in _CORE_KEYS}
+    if extra:
+        hit["metadata"] = extra
+    return hit
+
+
+def vector_results(state: EngineState, req: SearchRequest) -> list[Payload]:
+    """The seeds as search results, threshold applied (the only place it applies)."""
+    hits = []
+    for seed in req.seeds:
+        stored = state.payloads.get(seed.id or "")
+        if stored is None:
+            raise SearchError(f"seed {seed.id!r} is not a memory in the vector store")
+        if req.threshold is not None and seed.score is None:
+            raise TypeError("'>=' not supported between instances of 'NoneType' and 'float'")
+        if req.threshold is None or (seed.score is not None and seed.score >= req.threshold):
+            hits.append(seed_payload(seed.id or "", stored, seed.score))
+    return hits
+
+
+def resolve_payloads(state: EngineState, ids: Sequence[str]) -> dict[str, Payload]:
+    """`Memory`'s resolver: id, text, hash, times, score 0 and owner ids; no metadata."""
+    out: dict[str, Payload] = {}
+    for cid in ids:
+        stored = state.payloads.get(cid)
+        if not stored:
+            continue
+        out[cid] = {"id": cid, "memory": stored.get("data", ""), "hash": stored.get("hash"),
+                    "created_at": stored.get("created_at"), "updated_at": stored.get("updated_at"),
+                    "score": 0.0, "user_id": stored.get("user_id"),
+                    "agent_id": stored.get("agent_id"), "run_id": stored.get("run_id")}
+    return out
+
+
+def search(state: EngineState, req: SearchRequest, *, now: datetime) -> SearchOutcome:
+    """`Memory.search` on the engine state at time `now`; raises SearchError where it does."""
+    filters = effective_filters(req)
+    hits = vector_results(state, req)
+    use_graph = req.use_context_graph is not False and state.config.context_graph_enabled and (
+        req.use_context_graph is True or state.config.retrieval.enabled)
+    if not use_graph:
+        return SearchOutcome(results=[_raw(hit) for hit in hits])
+    ctx = role_context_from_filters(user_id=req.user_id, agent_id=req.agent_id,
+                                    run_id=req.run_id, filters=filters)
+    outcome = graph_first_rerank(state, req, hits, filters, ctx, now=now)
+    if outcome is None:  # the library swallowed an exception and keeps the vector results
+        return SearchOutcome(results=[_raw(hit) for hit in hits])
+    return outcome
+
+
+def _raw(hit: Payload) -> Candidate:
+    score = float(hit.get("score") or 0.0)
+    return Candidate(id=hit["id"], payload=hit, was_seed=True, dense=score, lexical=0.0,
+                     graph=0.0, frequency=0.0, personal=0.0, success=0.0, relevance=1.0,
+                     score=score)
+
+
+def _mspr_on(state: EngineState) -> bool:
+    return state.config.context_graph_enabled and state.config.mspr.enabled
+
+
+def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payload],
+                       filters: dict[str, Any], ctx: RoleContext, *,
+                       now: datetime) -> SearchOutcome:
+    """The stages of `_graph_first_rerank` in order (MSPR.md section 1, step 5)."""
+    cfg = state.config
+    mspr = cfg.mspr
+    retrieval = cfg.retrieval
+    outcome = SearchOutcome(results=[], graph_path=True)
+    outcome.decay = maybe_tick_decay(state.graph, cfg.decay, now)
+    role_on = mspr.enabled and mspr.role.enabled and state.policy is not None
+    if role_on and mspr.role.hard_filter and state.policy is not None:
+        hits = apply_role_policy(hits, state.policy, ctx, hard_filter=True)
+    if mspr.enabled and mspr.intent.enabled and state.intent is not None:
+        outcome.intent = state.intent.classify(req.query)
+        retrieval = apply_weight_override(retrieval, outcome.intent.label)
+    outcome.weights = retrieval
+    if not hits:
+        outcome.telemetry = _telemetry(state, outcome, 0) if mspr.enabled else None
+        return outcome
+    seeds = trim_seeds(hits, retrieval.seed_top_k)
+    scope = scope_from_filters(filters)
+    reach, edges_used = _expand(state, retrieval, seeds, scope, req, outcome)
+    query_embedding = Embedding.of(req.query_embedding) if req.query_embedding else None
+    tenant = filters.get("tenant_id")
+    sub_tenant = filters.get("sub_tenant_id")
+    candidates = featurize(
+        state.graph, retrieval, query=req.query, seeds=seeds, reach=reach,
+        query_embedding=query_embedding,
+        resolver=lambda ids: resolve_payloads(state, ids),
+        personal=_personal_provider(state, retrieval, ctx),
+        success=_success_provider(state, retrieval, req.query, ctx),
+        tenant_id=tenant if isinstance(tenant, str) else None,
+        sub_tenant_id=sub_tenant if isinstance(sub_tenant, str) else None, scope=scope)
+    if cfg.corrections.strict_role_isolation and role_on and state.policy is not None:
+        candidates = _strict_isolation(state, candidates, ctx)
+    outcome.candidates = candidates
+    outcome.subgraph = subgraph(edges_used, candidates, scope)
+    results = rank(candidates, req.limit)
+    if role_on and not mspr.role.hard_filter and state.policy is not None:
+        results = _soft_filter(state, results, ctx)
+    outcome.results = results
+    if mspr.enabled and mspr.frequency.enabled:
+        for c in results[:req.limit]:
+            state.graph.record_access(c.id, now)
+    if mspr.enabled:
+        outcome.telemetry = _telemetry(state, outcome, len(hits))
+    return outcome
+
+
+def _expand(state: EngineState, retrieval: RetrievalConfig, seeds: dict[str, Payload],
+            scope: Scope, req: SearchRequest,
+            outcome: SearchOutcome) -> tuple[dict[str, float], dict[EdgeKey, float]]:
+    corrections = state.config.corrections
+    if retrieval.algorithm == "ppr":
+        reach, edges_used, notes = expand_ppr(
+            state.graph, seeds, scope, max_candidates=retrieval.max_candidates,
+            edge_floor=retrieval.edge_weight_floor, include_archived=req.include_archived,
+            damping=retrieval.ppr_damping, max_iter=retrieval.ppr_max_iter,
+            tolerance=retrieval.ppr_tolerance, undirected=corrections.ppr_undirected)
+        outcome.notes.extend(notes)
+        return reach, edges_used
+    priors = None
+    if corrections.apply_edge_type_priors and outcome.intent is not None:
+        priors = EDGE_TYPE_PRIORS.get(outcome.intent.label)
+    return expand_bfs(state.graph, seeds, scope, depth=retrieval.expansion_depth,
+                      max_candidates=retrieval.max_candidates,
+                      edge_floor=retrieval.edge_weight_floor,
+                      include_archived=req.include_archived, priors=priors)
+
+
+def _personal_provider(state: EngineState, retrieval: RetrievalConfig,
+                       ctx: RoleContext) -> Provider | None:
+    mspr = state.config.mspr
+    store = state.feedback
+    if not (mspr.enabled and mspr.feedback.enabled and store is not None
+            and retrieval.delta_personal > 0):
+        return None
+    if not state.config.corrections.personal_boost_user_scoped:
+        return lambda memory_id: personal_boost(store, memory_id, None)
+    user = ctx.user_id
+    if not isinstance(user, str) or not user:
+        return lambda memory_id: 0.0  # no searching user: nothing personal to apply
+    return lambda memory_id: personal_boost(store, memory_id, user)
+
+
+def _success_provider(state: EngineState, retrieval: RetrievalConfig, query: str,
+                      ctx: RoleContext) -> Provider | None:
+    mspr = state.config.mspr
+    store = state.success
+    if not (mspr.enabled and mspr.success.enabled and store is not None
+            and retrieval.zeta_success > 0):
+        return None
+    query_hash = hash_query(query)
+    user = None if ctx.user_id is None else str(ctx.user_id)
+    min_samples = max(1, mspr.success.min_sample_size)
+    return lambda memory_id: store.hit_rate(query_hash, memory_id, user_id=user,
+                                            min_samples=min_samples)
+
+
+def _soft_filter(state: EngineState, results: list[Candidate],
+                 ctx: RoleContext) -> list[Candidate]:
+    """Denied results keep their slot at score 0; then a stable re-sort by score."""
+    assert state.policy is not None
+    entries = apply_role_policy([c.entry() for c in results], state.policy, ctx,
+                                hard_filter=False)
+    rescored = [replace(c, score=float(e.get("score") or 0.0))
+                for c, e in zip(results, entries, strict=True)]
+    return sorted(rescored, key=lambda c: c.score, reverse=True)
+
+
+def _strict_isolation(state: EngineState, candidates: list[Candidate],
+                      ctx: RoleContext) -> list[Candidate]:
+    """Correction: judge every candidate, neighbours included, on its full stored payload."""
+    assert state.policy is not None
+    full = [seed_payload(c.id, state.payloads.get(c.id, {}), c.payload.get("score"))
+            for c in candidates]
+    allowed = {e["id"] for e in apply_role_policy(full, state.policy, ctx, hard_filter=True)}
+    return [c for c in candidates if c.id in allowed]
+
+
+def _telemetry(state: EngineState, outcome: SearchOutcome, seed_count: int) -> dict[str, Any]:
+    mspr = state.config.mspr
+    results = outcome.results
+    return {
+        "intent_enabled": mspr.intent.enabled, "feedback_enabled": mspr.feedback.enabled,
+        "frequency_enabled": mspr.frequency.enabled, "role_enabled": mspr.role.enabled,
+        "success_enabled": mspr.success.enabled, "seed_count": seed_count,
+        "result_count": len(results),
+        "feedback_hits": sum(1 for c in results if abs(c.personal) > 0),
+        "success_hits": sum(1 for c in results if c.success > 0),
+        "frequency_hits": sum(1 for c in results if c.frequency > 0),
+        "sync_type": "sync",
+    }

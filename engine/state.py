@@ -1,0 +1,46 @@
+"""The engine's explicit state: graph, vector-store payloads, MSPR stores, router, policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import EngineConfig
+from .feedback import FeedbackStore
+from .graph import ContextGraph
+from .intent import Classifier, IntentRouter
+from .roles import RolePolicy
+from .success import SuccessStore
+
+Payload = dict[str, Any]
+
+
+@dataclass(slots=True)
+class EngineState:
+    """Everything a search reads or changes. Stores exist only where the library builds them.
+
+    `payloads` is the vector store: memory id -> the stored payload (`data`, `hash`,
+    `created_at`, `updated_at`, owner ids, and every other key flat, as `Memory.add` stores).
+    """
+
+    config: EngineConfig
+    graph: ContextGraph = field(default_factory=ContextGraph)
+    payloads: dict[str, Payload] = field(default_factory=dict)
+    feedback: FeedbackStore | None = None
+    success: SuccessStore | None = None
+    intent: IntentRouter | None = None
+    policy: RolePolicy | None = None
+
+
+def new_state(config: EngineConfig, *, classifier: Classifier | None = None,
+              policy: RolePolicy | None = None) -> EngineState:
+    """A fresh state with the stores and router the library would create for `config`."""
+    mspr = config.mspr
+    state = EngineState(config=config, policy=policy)
+    if mspr.enabled and mspr.feedback.enabled:
+        state.feedback = FeedbackStore()
+    if mspr.enabled and mspr.success.enabled:
+        state.success = SuccessStore()
+    if mspr.enabled and mspr.intent.enabled:
+        state.intent = IntentRouter(mspr.intent, classifier)
+    return state

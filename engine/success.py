@@ -1,0 +1,77 @@
+"""Per-query success history: query hashing and the hit rate (MSPR.md section 14)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+
+def hash_query(query: object) -> str | None:
+    """First 16 hex chars of sha256(strip().lower()); None for a falsy or blank query."""
+    if not query or not isinstance(query, str):
+        return None
+    norm = query.strip().lower()
+    if not norm:
+        return None
+    return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class SuccessRow:
+    """One `query_success` row; `feedback_id` links it to the verdict it came from."""
+
+    id: int
+    query_hash: str
+    memory_id: str
+    user_id: str | None
+    helpful: bool
+    timestamp: datetime
+    feedback_id: int | None
+
+
+class SuccessStore:
+    """The `query_success` table in memory with (total, helpful) counts per pair."""
+
+    def __init__(self) -> None:
+        self.rows: list[SuccessRow] = []
+        self._next_id = 1
+        self._counts: dict[tuple[str, str, str | None], list[int]] = defaultdict(lambda: [0, 0])
+
+    def record(self, *, query_hash: str, memory_id: str, helpful: bool, user_id: str | None,
+               timestamp: datetime, feedback_id: int | None) -> int:
+        row = SuccessRow(self._next_id, query_hash, memory_id, user_id, helpful, timestamp,
+                         feedback_id)
+        self._next_id += 1
+        self.rows.append(row)
+        self._count(row)
+        return row.id
+
+    def _count(self, row: SuccessRow) -> None:
+        keys: list[tuple[str, str, str | None]] = [(row.query_hash, row.memory_id, None)]
+        if row.user_id is not None:
+            keys.append((row.query_hash, row.memory_id, row.user_id))
+        for key in keys:
+            counts = self._counts[key]
+            counts[0] += 1
+            counts[1] += int(row.helpful)
+
+    def hit_rate(self, query_hash: str | None, memory_id: str, *, user_id: str | None,
+                 min_samples: int) -> float:
+        """helpful / total for the pair (one user's rows when given), 0 below min_samples."""
+        if not query_hash or not memory_id:
+            return 0.0
+        counts = self._counts.get((query_hash, memory_id, user_id))
+        if counts is None or counts[0] < max(1, min_samples):
+            return 0.0
+        return max(0.0, min(1.0, counts[1] / counts[0]))
+
+    def reset(self, user_id: str | None = None) -> int:
+        kept = [r for r in self.rows if user_id is not None and r.user_id != user_id]
+        removed = len(self.rows) - len(kept)
+        self.rows = kept
+        self._counts.clear()
+        for row in kept:
+            self._count(row)
+        return removed

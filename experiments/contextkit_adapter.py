@@ -1,0 +1,564 @@
+"""Run a scenario (SCENARIOS.md) through the ContextKit library itself: the parity oracle.
+
+The library's own `Memory` does all the work, driven through its public calls:
+`Memory.from_config`, `ContextGraph.upsert_memory_node` / `upsert_edge`,
+`Memory.set_role_policy`, `Memory.search` and `Memory.record_feedback`. Two pieces are
+stood in for, because a scenario pins them down: the embedder (it returns the search
+event's `query_embedding`) and the vector store (it returns the event's `seeds`
+verbatim, and resolves a memory id to its payload).
+
+Three module-level names of the library are swapped while a scenario runs, all outside
+the ranking code:
+
+* the graph's clock (`facade._utcnow`, and `datetime` in the backends module, which
+  `record_access` reads), frozen at scenario time so decay ticks, node and edge
+  timestamps and access times follow the scenario's clock;
+* `telemetry.Posthog`, because the library builds a PostHog client per event and each
+  client starts a consumer thread even when telemetry is off, so a batch of scenarios
+  would leak thousands of threads.
+
+These swaps are process-global: run scenarios one at a time per process (use processes,
+not threads, to run them in parallel).
+
+Example (needs the `parity` extra)::
+
+    output = run_scenario_with_contextkit(json.loads(Path("scn.json").read_text()))
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import importlib.metadata
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from hashlib import md5
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+__all__ = ["OUTPUT_FORMAT", "SCENARIO_FORMAT", "run_scenario_with_contextkit"]
+
+SCENARIO_FORMAT = "ck-mspr-scenario/1"
+OUTPUT_FORMAT = "ck-mspr-oracle-output/1"
+SIGNALS = ("dense", "lexical", "graph", "frequency", "personal", "success")
+DEFAULT_NOW = "2024-01-01T00:00:00"
+POLICIES = ("none", "tenant", "role_scope", "composite", "allow_all")
+# Keys of config.mspr.role that choose the adapter's policy object, not library config.
+_POLICY_KEYS = ("policy", "treat_global_as_visible", "treat_unrestricted_as_visible")
+# The library logs from its except-handlers at debug level; these words mark such a message.
+_FAILURE_WORDS = re.compile(r"fail|error|raised|rejected|timed out", re.IGNORECASE)
+# Only the library's telemetry store sees this size; no scenario vector goes through it.
+_STORE_DIMS = 8
+
+
+@dataclass(frozen=True)
+class _Library:
+    """The library modules the adapter touches, imported once."""
+
+    main: ModuleType
+    facade: ModuleType
+    backends: ModuleType
+    telemetry: ModuleType
+    types: ModuleType
+    role: ModuleType
+
+
+@functools.cache
+def _library() -> _Library:
+    # Telemetry reads its switch at import time, and the library writes its home folder at
+    # import time, so both must be set before the first import.
+    os.environ.setdefault("OUTHAD_CONTEXTKIT_TELEMETRY", "false")
+    os.environ.setdefault(
+        "OUTHAD_CONTEXTKIT_DIR", str(Path(tempfile.gettempdir()) / "msprlab-contextkit-home")
+    )
+    try:
+        def load(name: str) -> ModuleType:
+            return importlib.import_module(f"outhad_contextkit.{name}")
+
+        lib = _Library(
+            main=load("memory.main"),
+            facade=load("memory.context_graph.facade"),
+            backends=load("memory.context_graph.backends"),
+            telemetry=load("memory.telemetry"),
+            types=load("memory.context_graph.types"),
+            role=load("memory.personalized.role"),
+        )
+    except ImportError as exc:
+        raise ImportError(
+            "the ContextKit adapter needs the library: pip install 'msprlab[parity]' "
+            "(outhad-contextkitai==0.1.4, networkx, scipy)"
+        ) from exc
+    if lib.telemetry.OUTHAD_CONTEXTKIT_TELEMETRY:
+        raise RuntimeError(
+            "outhad_contextkit was imported with telemetry on; set "
+            "OUTHAD_CONTEXTKIT_TELEMETRY=false before anything imports it"
+        )
+    return lib
+
+
+# ---- time ----------------------------------------------------------------------------
+
+
+def _parse_time(text: str) -> datetime:
+    """ISO-8601 to the graph's naive-UTC datetime (naive input is already UTC)."""
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment
+
+
+@dataclass
+class _Clock:
+    now: datetime
+
+    @contextmanager
+    def at(self, moment: datetime) -> Iterator[None]:
+        """Stamp what happens inside with `moment`, then return to the scenario clock."""
+        saved, self.now = self.now, moment
+        try:
+            yield
+        finally:
+            self.now = saved
+
+
+def _frozen_datetime(clock: _Clock) -> type[datetime]:
+    class FrozenDatetime(datetime):
+        @classmethod
+        def utcnow(cls) -> datetime:  # type: ignore[override]
+            return clock.now
+
+    return FrozenDatetime
+
+
+class _InertPosthog:
+    """Stands in for `posthog.Posthog` (see the module docstring): captures nothing and,
+    unlike the real client, starts no thread. Accepts the real constructor's arguments."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.disabled = True
+
+    def capture(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+
+@contextmanager
+def _swapped(module: ModuleType, name: str, value: Any) -> Iterator[None]:
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
+
+
+class _SwallowedLog(logging.Handler):
+    """Collects the messages the library logs from its except-handlers."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self._messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if _FAILURE_WORDS.search(message):
+            self._messages.append(f"{record.name}: {message}")
+
+    def take(self) -> list[str]:
+        taken, self._messages = self._messages, []
+        return taken
+
+
+@contextmanager
+def _library_session(lib: _Library, clock: _Clock) -> Iterator[_SwallowedLog]:
+    """Freeze the graph clock, stub PostHog and listen to the library's logs."""
+    log = _SwallowedLog()
+    root = logging.getLogger("outhad_contextkit")
+    saved_level = root.level
+    with ExitStack() as stack:
+        stack.enter_context(_swapped(lib.facade, "_utcnow", lambda: clock.now))
+        stack.enter_context(_swapped(lib.backends, "datetime", _frozen_datetime(clock)))
+        stack.enter_context(_swapped(lib.telemetry, "Posthog", _InertPosthog))
+        root.addHandler(log)
+        root.setLevel(logging.DEBUG)
+        try:
+            yield log
+        finally:
+            root.removeHandler(log)
+            root.setLevel(saved_level)
+
+
+# ---- stand-ins -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """A vector-store row as the library reads it: `.id`, `.score`, `.payload`."""
+
+    id: str
+    score: float | None
+    payload: dict[str, Any]
+
+
+@dataclass
+class _ScenarioVectorStore:
+    """`search` returns the current event's seeds verbatim; `get` resolves a payload."""
+
+    payloads: dict[str, dict[str, Any]]
+    seeds: list[dict[str, Any]] = field(default_factory=list)
+
+    def search(self, query: str, vectors: Any, limit: int = 5, filters: Any = None) -> list[_Hit]:
+        # No filtering, no truncation: the scenario records what the store returned.
+        return [
+            _Hit(seed["id"], seed.get("score"), copy.deepcopy(self.payloads[seed["id"]]))
+            for seed in self.seeds
+        ]
+
+    def get(self, vector_id: str) -> _Hit | None:
+        payload = self.payloads.get(vector_id)
+        return None if payload is None else _Hit(vector_id, None, copy.deepcopy(payload))
+
+
+@dataclass(frozen=True)
+class _EmbedderConfig:
+    embedding_dims: int  # telemetry reads it from every event
+
+
+@dataclass
+class _ScenarioEmbedder:
+    """Returns the current search event's `query_embedding` for every text."""
+
+    config: _EmbedderConfig = field(default_factory=lambda: _EmbedderConfig(_STORE_DIMS))
+    vector: list[float] = field(default_factory=list)
+
+    def embed(self, text: str, memory_action: str | None = None) -> list[float]:
+        return list(self.vector)
+
+
+# ---- building the memory -------------------------------------------------------------
+
+
+def _memory_config(config: dict[str, Any], workdir: Path, client: Any) -> dict[str, Any]:
+    """The scenario config as a `Memory.from_config` dict, every store inside `workdir`."""
+    mspr = copy.deepcopy(config.get("mspr", {}))
+    intent = mspr.get("intent", {})
+    if intent.get("strategy", "regex") != "regex":
+        raise ValueError(
+            f"config.mspr.intent.strategy must be 'regex', got {intent['strategy']!r}: "
+            "the other strategies ask an LLM, which a scenario cannot describe"
+        )
+    mspr["role"] = {k: v for k, v in mspr.get("role", {}).items() if k not in _POLICY_KEYS}
+    mspr["feedback"] = {**mspr.get("feedback", {}), "sqlite_path": str(workdir / "feedback.db")}
+    mspr["success"] = {**mspr.get("success", {}), "sqlite_path": str(workdir / "success.db")}
+    return {
+        "vector_store": {
+            "provider": "qdrant",
+            "config": {"client": client, "collection_name": "msprlab", "embedding_model_dims":
+                       _STORE_DIMS},
+        },
+        # Built by the library and replaced by the stand-in right after; the key is never sent.
+        "embedder": {"provider": "openai", "config": {"api_key": "unused"}},
+        "llm": {"provider": "openai", "config": {"api_key": "unused"}},
+        "history_db_path": str(workdir / "history.db"),
+        "context_graph": {
+            "enabled": True,
+            "backend": "networkx",
+            # Never written (Memory does not snapshot); it places the change log in workdir.
+            "persist_path": str(workdir / "context_graph.pkl"),
+            "log_changes": bool(config.get("log_changes", False)),
+            "decay": {"enabled": False, **config.get("decay", {})},
+            "retrieval": dict(config.get("retrieval", {})),
+        },
+        "mspr": mspr,
+    }
+
+
+def _role_policy(lib: _Library, role: dict[str, Any]) -> Any:
+    """The bundled policy that `config.mspr.role.policy` names, or None."""
+    name = role.get("policy", "none")
+    tenant = functools.partial(
+        lib.role.TenantIsolationPolicy,
+        treat_global_as_visible=role.get("treat_global_as_visible", True),
+    )
+    scope = functools.partial(
+        lib.role.RoleScopePolicy,
+        treat_unrestricted_as_visible=role.get("treat_unrestricted_as_visible", True),
+    )
+    builders: dict[str, Callable[[], Any]] = {
+        "none": lambda: None,
+        "tenant": tenant,
+        "role_scope": scope,
+        "composite": lambda: lib.role.CompositePolicy([tenant(), scope()]),
+        "allow_all": lib.role.AllowAllPolicy,
+    }
+    if name not in builders:
+        raise ValueError(f"config.mspr.role.policy must be one of {POLICIES}, got {name!r}")
+    return builders[name]()
+
+
+def _payload(memory: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The vector-store payload `Memory.add` would have stored for this memory."""
+    text = memory.get("text", "")
+    created = _parse_time(memory["created_at"]) if memory.get("created_at") else now
+    updated = _parse_time(memory["updated_at"]) if memory.get("updated_at") else created
+    payload = dict(memory.get("metadata") or {})
+    for key in ("tenant_id", "sub_tenant_id", "role", "allowed_roles"):
+        if memory.get(key) is not None:
+            payload[key] = memory[key]
+    for key in ("user_id", "agent_id", "run_id"):  # add() writes only truthy owner ids
+        if memory.get(key):
+            payload[key] = memory[key]
+    payload.update(
+        data=text,
+        hash=md5(text.encode()).hexdigest(),
+        created_at=created.isoformat(),
+        updated_at=updated.isoformat(),
+    )
+    return payload
+
+
+def _add_node(graph: Any, clock: _Clock, memory: dict[str, Any], payload: dict[str, Any]) -> None:
+    created = _parse_time(payload["created_at"])
+    with clock.at(created):
+        node = graph.upsert_memory_node(
+            memory["id"],
+            payload["data"],
+            user_id=payload.get("user_id"),
+            agent_id=payload.get("agent_id"),
+            run_id=payload.get("run_id"),
+            metadata=payload,
+            embedding=memory.get("embedding"),
+        )
+    node.updated_at = _parse_time(payload["updated_at"])
+    accessed = memory.get("last_accessed_at")
+    node.last_accessed_at = _parse_time(accessed) if accessed else None
+    node.relevance = float(memory.get("relevance", 1.0))
+    node.relevance_floor = float(memory.get("relevance_floor", 0.0))
+    node.access_count = int(memory.get("access_count", 0))
+    graph.backend.upsert_node(node)
+    if memory.get("archived", False):
+        graph.archive_memory_node(memory["id"])
+
+
+def _add_edge(lib: _Library, graph: Any, clock: _Clock, edge: dict[str, Any]) -> None:
+    # upsert_edge stamps created_at/updated_at with the clock, so freeze it at updated_at.
+    stamped = _parse_time(edge["updated_at"]) if edge.get("updated_at") else clock.now
+    with clock.at(stamped):
+        graph.upsert_edge(
+            edge["src"], edge["dst"], lib.types.EdgeType(edge["type"]), weight=edge["weight"]
+        )
+
+
+def _validate(scenario: dict[str, Any]) -> None:
+    if scenario.get("format") != SCENARIO_FORMAT:
+        raise ValueError(
+            f"scenario {scenario.get('name')!r}: format must be {SCENARIO_FORMAT!r}, "
+            f"got {scenario.get('format')!r}"
+        )
+    ids = [m["id"] for m in scenario.get("memories", [])]
+    if len(ids) != len(set(ids)):
+        duplicated = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"scenario {scenario.get('name')!r}: duplicate memory ids {duplicated}")
+    stored = {m["id"] for m in scenario.get("memories", []) if m.get("in_vector_store", True)}
+    for index, event in enumerate(scenario.get("events", [])):
+        if event.get("type") not in ("search", "feedback"):
+            raise ValueError(f"event {index}: type must be 'search' or 'feedback', "
+                             f"got {event.get('type')!r}")
+        bad = [s.get("id") for s in event.get("seeds", []) if s.get("id") not in stored]
+        if bad:
+            raise ValueError(f"event {index}: seeds {bad} are not in_vector_store memories")
+
+
+# ---- events --------------------------------------------------------------------------
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _result_row(entry: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": entry.get("id"), "score": _float_or_none(entry.get("score"))}
+    breakdown = entry.get("context_graph")
+    if breakdown is not None:  # absent when the library fell back to the raw vector hits
+        row.update({name: float(breakdown[name]) for name in SIGNALS})
+        row["was_seed"] = bool(breakdown["was_seed"])
+    return row
+
+
+@dataclass
+class _Run:
+    """One scenario in flight: the library's Memory plus the stand-ins feeding it."""
+
+    memory: Any
+    store: _ScenarioVectorStore
+    embedder: _ScenarioEmbedder
+
+    def search(self, event: dict[str, Any], *, with_subgraph: bool) -> dict[str, Any]:
+        self.store.seeds = list(event.get("seeds", []))
+        self.embedder.vector = list(event["query_embedding"])
+        try:
+            found = self.memory.search(
+                event["query"],
+                user_id=event.get("user_id"),
+                agent_id=event.get("agent_id"),
+                run_id=event.get("run_id"),
+                limit=event.get("limit", 100),
+                filters=copy.deepcopy(event.get("filters")),
+                threshold=event.get("threshold"),
+                include_archived=event.get("include_archived", False),
+            )
+        except Exception as exc:  # the library raised: that is the recorded outcome
+            return {"type": "search", "error": f"{type(exc).__name__}: {exc}"}
+        record: dict[str, Any] = {
+            "type": "search",
+            "results": [_result_row(entry) for entry in found["results"]],
+        }
+        router = self.memory._intent_router
+        if router is not None:
+            # The search already classified this query; with the regex strategy this is a
+            # cache hit (or the same deterministic answer), so it changes no state.
+            record["intent"] = router.classify(event["query"]).label.value
+        if with_subgraph:
+            record["subgraph"] = [
+                {**edge, "weight": float(edge["weight"])} for edge in found.get("subgraph", [])
+            ]
+        return record
+
+    def feedback(self, event: dict[str, Any]) -> dict[str, Any]:
+        try:
+            result = self.memory.record_feedback(
+                event["memory_id"],
+                helpful=bool(event["helpful"]),
+                user_id=event.get("user_id"),
+                agent_id=event.get("agent_id"),
+                run_id=event.get("run_id"),
+                query=event.get("query"),
+                metadata=event.get("metadata"),
+            )
+        except Exception as exc:  # the library raised: that is the recorded outcome
+            return {"type": "feedback", "error": f"{type(exc).__name__}: {exc}"}
+        if result is None:
+            return {"type": "feedback", "result": None}
+        return {
+            "type": "feedback",
+            "result": {
+                "memory_id": result["memory_id"],
+                "delta_applied": float(result["delta_applied"]),
+                "new_relevance": _float_or_none(result["new_relevance"]),
+                "event_id": int(result["event_id"]),
+                "helpful": bool(result["helpful"]),
+            },
+        }
+
+    def final_nodes(self) -> dict[str, dict[str, Any]]:
+        return {
+            node.id: {
+                "relevance": float(node.relevance),
+                "relevance_floor": float(node.relevance_floor),
+                "access_count": int(node.access_count),
+                "helpful_count": int(node.helpful_count),
+                "unhelpful_count": int(node.unhelpful_count),
+                "archived": bool(node.archived),
+            }
+            for node in self.memory.context_graph.backend.iter_nodes(include_archived=True)
+        }
+
+
+def _versions() -> dict[str, str | None]:
+    def version(distribution: str) -> str | None:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return None  # e.g. no SciPy: the library's PageRank then falls back silently
+
+    return {
+        "outhad_contextkitai": version("outhad-contextkitai"),
+        "networkx": version("networkx"),
+        "scipy": version("scipy"),
+        "numpy": version("numpy"),
+    }
+
+
+def _build_run(
+    lib: _Library, scenario: dict[str, Any], workdir: Path, clock: _Clock, client: Any
+) -> _Run:
+    """The library's Memory with the stand-ins plugged in and the scenario state built."""
+    config = scenario.get("config", {})
+    memory = lib.main.Memory.from_config(_memory_config(config, workdir, client))
+    memories = scenario.get("memories", [])
+    payloads = {m["id"]: _payload(m, clock.now) for m in memories}
+    stored = {m["id"] for m in memories if m.get("in_vector_store", True)}
+    store = _ScenarioVectorStore({i: p for i, p in payloads.items() if i in stored})
+    embedder = _ScenarioEmbedder()
+    memory.vector_store = store
+    memory.embedding_model = embedder
+    memory.set_role_policy(_role_policy(lib, config.get("mspr", {}).get("role", {})))
+    graph = memory.context_graph
+    for m in memories:
+        if m.get("in_graph", True):
+            _add_node(graph, clock, m, payloads[m["id"]])
+    for edge in scenario.get("edges", []):
+        _add_edge(lib, graph, clock, edge)
+    return _Run(memory, store, embedder)
+
+
+def run_scenario_with_contextkit(
+    scenario: dict[str, Any], *, with_subgraph: bool = False
+) -> dict[str, Any]:
+    """Replay `scenario` through the ContextKit library and return its output.
+
+    Parameters
+    ----------
+    scenario : dict
+        A `ck-mspr-scenario/1` document (SCENARIOS.md). It is not modified.
+    with_subgraph : bool
+        Add each search's `subgraph` edge list to its event.
+
+    Returns
+    -------
+    dict
+        A `ck-mspr-oracle-output/1` document: one entry per event in order, then
+        `final_nodes`. A search or feedback call that raised is recorded as `"error"`.
+    """
+    _validate(scenario)
+    lib = _library()
+    from qdrant_client import QdrantClient  # a dependency of the library
+
+    clock = _Clock(_parse_time(scenario.get("now") or DEFAULT_NOW))
+    events: list[dict[str, Any]] = []
+    client = QdrantClient(":memory:")  # the library's own telemetry store writes here
+    with tempfile.TemporaryDirectory(prefix="msprlab-ck-") as tmp, \
+            _library_session(lib, clock) as log:
+        run = _build_run(lib, scenario, Path(tmp), clock, client)
+        try:
+            log.take()  # what building the state logged belongs to no event
+            for index, event in enumerate(scenario.get("events", [])):
+                if event.get("at"):
+                    clock.now = _parse_time(event["at"])
+                if event["type"] == "search":
+                    record = run.search(event, with_subgraph=with_subgraph)
+                else:
+                    record = run.feedback(event)
+                events.append({"index": index, **record, "swallowed": log.take()})
+            final_nodes = run.final_nodes()
+        finally:
+            run.memory.close()
+            run.memory.db.close()
+            client.close()
+    return {
+        "format": OUTPUT_FORMAT,
+        "scenario": scenario.get("name"),
+        "library": _versions(),
+        "events": events,
+        "final_nodes": final_nodes,
+    }

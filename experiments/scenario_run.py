@@ -1,0 +1,147 @@
+"""Replay a scenario file through the engine and write the `ck-mspr-oracle-output/1` format."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from importlib import metadata
+from typing import Any
+
+from msprlab.datasets.scenario import (
+    FeedbackEvent,
+    Scenario,
+    ScenarioMemory,
+    SearchEvent,
+    parse_scenario,
+)
+from msprlab.engine import SearchError, SearchRequest, Seed, new_state, record_feedback, search
+from msprlab.engine.graph import MemoryEdge, MemoryNode
+from msprlab.engine.roles import policy_from_name
+from msprlab.engine.state import EngineState
+
+OUTPUT_FORMAT = "ck-mspr-oracle-output/1"
+
+
+def _payload(m: ScenarioMemory) -> dict[str, Any]:
+    """The vector-store row `Memory.add` would store for this memory."""
+    payload: dict[str, Any] = {
+        "data": m.text, "hash": hashlib.md5(m.text.encode("utf-8")).hexdigest(),
+        "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}
+    for key in ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id"):
+        value = getattr(m, key)
+        if value is not None:
+            payload[key] = value
+    if m.has_role:
+        payload["role"] = m.role
+    if m.has_allowed_roles:
+        payload["allowed_roles"] = m.allowed_roles
+    payload.update(m.metadata)
+    return payload
+
+
+def build_state(scenario: Scenario) -> EngineState:
+    """Memories, nodes with their scenario state, and edges in list order."""
+    state = new_state(scenario.config, policy=policy_from_name(
+        scenario.role.policy, treat_global_as_visible=scenario.role.treat_global_as_visible,
+        treat_unrestricted_as_visible=scenario.role.treat_unrestricted_as_visible))
+    graph = state.graph
+    for m in scenario.memories:
+        payload = _payload(m)
+        if m.in_vector_store:
+            state.payloads[m.id] = payload
+        if not m.in_graph:
+            continue
+        graph.add_node(MemoryNode(
+            id=m.id, hash=hashlib.sha256(m.text.encode("utf-8")).hexdigest(),
+            created_at=m.created_at, updated_at=m.updated_at, relevance=m.relevance,
+            relevance_floor=m.relevance_floor, archived=m.archived, user_id=m.user_id,
+            agent_id=m.agent_id, run_id=m.run_id, last_accessed_at=m.last_accessed_at,
+            access_count=m.access_count,
+            tenant_id=m.tenant_id if m.tenant_id is not None else payload.get("tenant_id"),
+            sub_tenant_id=m.sub_tenant_id if m.sub_tenant_id is not None
+            else payload.get("sub_tenant_id"),
+            metadata=dict(payload)))
+        if m.embedding is not None:
+            graph.set_embedding(m.id, m.embedding)
+    for e in scenario.edges:
+        edge = graph.upsert_edge(MemoryEdge(
+            src=e.src, dst=e.dst, type=e.type, weight=max(0.0, min(1.0, e.weight)),
+            created_at=scenario.now, updated_at=scenario.now))
+        if e.updated_at is not None:
+            edge.updated_at = e.updated_at
+    graph.changed()
+    return state
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for package in ("msprlab", "numpy", "scipy"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = "unknown"
+    return out
+
+
+def run_parsed(scenario: Scenario, *, with_subgraph: bool = False) -> dict[str, Any]:
+    state = build_state(scenario)
+    clock: datetime = scenario.now
+    events: list[dict[str, Any]] = []
+    for index, event in enumerate(scenario.events):
+        if event.at is not None:
+            clock = event.at
+        if isinstance(event, FeedbackEvent):
+            result = record_feedback(
+                state, event.memory_id, helpful=event.helpful, now=clock,
+                user_id=event.user_id, agent_id=event.agent_id, run_id=event.run_id,
+                query=event.query, metadata=event.metadata)
+            events.append({"index": index, "type": "feedback", "result": None if result is None
+                           else {"memory_id": result.memory_id,
+                                 "delta_applied": result.delta_applied,
+                                 "new_relevance": result.new_relevance,
+                                 "event_id": result.event_id, "helpful": result.helpful}})
+            continue
+        events.append(_search_event(state, index, event, clock, with_subgraph))
+    return {
+        "format": OUTPUT_FORMAT, "scenario": scenario.name, "library": _versions(),
+        "events": events,
+        "final_nodes": {
+            node.id: {"relevance": node.relevance, "relevance_floor": node.relevance_floor,
+                      "access_count": node.access_count, "helpful_count": node.helpful_count,
+                      "unhelpful_count": node.unhelpful_count, "archived": node.archived}
+            for node in state.graph.nodes.values() if node is not None},
+    }
+
+
+def _search_event(state: EngineState, index: int, event: SearchEvent, clock: datetime,
+                  with_subgraph: bool) -> dict[str, Any]:
+    request = SearchRequest(
+        query=event.query, seeds=[Seed(sid, score) for sid, score in event.seeds],
+        query_embedding=event.query_embedding, user_id=event.user_id,
+        agent_id=event.agent_id, run_id=event.run_id, filters=event.filters,
+        limit=event.limit, threshold=event.threshold,
+        include_archived=event.include_archived)
+    out: dict[str, Any] = {"index": index, "type": "search"}
+    try:
+        outcome = search(state, request, now=clock)
+    except (SearchError, TypeError) as exc:
+        name = "ValueError" if isinstance(exc, SearchError) else type(exc).__name__
+        out["error"] = f"{name}: {exc}"
+        return out
+    out["results"] = [{"id": c.id, "score": c.score, "dense": c.dense, "lexical": c.lexical,
+                       "graph": c.graph, "frequency": c.frequency, "personal": c.personal,
+                       "success": c.success, "was_seed": c.was_seed}
+                      for c in outcome.results]
+    if outcome.intent is not None:
+        out["intent"] = outcome.intent.label.value
+    if with_subgraph:
+        out["subgraph"] = [{"src": e.src, "dst": e.dst, "type": e.type, "weight": e.weight}
+                           for e in outcome.subgraph]
+    if outcome.notes:
+        out["swallowed"] = list(outcome.notes)
+    return out
+
+
+def run_scenario(scenario: dict[str, Any], *, with_subgraph: bool = False) -> dict[str, Any]:
+    """Run a scenario given as parsed JSON; raises ScenarioError when it is malformed."""
+    return run_parsed(parse_scenario(scenario), with_subgraph=with_subgraph)
