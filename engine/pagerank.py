@@ -141,7 +141,7 @@ def _check_inputs(
     if not np.isfinite(weight_a).all():
         bad = int(np.flatnonzero(~np.isfinite(weight_a))[0])
         raise ValueError(f"edge weights must be finite, got {weight_a[bad]} at edge {bad}")
-    return src_a.astype(np.int64), dst_a.astype(np.int64), weight_a, p
+    return np.asarray(src_a, dtype=np.int64), np.asarray(dst_a, dtype=np.int64), weight_a, p
 
 
 def _transition_transpose(
@@ -153,8 +153,10 @@ def _transition_transpose(
     """The row-normalised adjacency, transposed (as CSC), and the dangling nodes."""
     key = src * n + dst
     if key.size > 1 and not (key[1:] > key[:-1]).all():
+        # Stable sort is timsort for int64, fast on the runs of an edge list grouped by src.
         order = np.argsort(key, kind="stable")
-        key, src, dst, weight = key[order], src[order], dst[order], weight[order]
+        key, weight = key.take(order), weight.take(order)
+        src, dst = src.take(order), dst.take(order)
         repeated = np.flatnonzero(key[1:] == key[:-1])
         if repeated.size:
             i = repeated[0]

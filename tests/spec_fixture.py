@@ -80,5 +80,14 @@ def ranked(outcome: Any) -> list[tuple[str, float]]:
     return [(c.id, c.score) for c in outcome.results]
 
 
-__all__ = ["QUERY", "RetrievalConfig", "T0", "add_edge", "add_memory", "fixture", "ranked",
-           "request", "with_retrieval"]
+__all__ = [
+    "QUERY",
+    "T0",
+    "RetrievalConfig",
+    "add_edge",
+    "add_memory",
+    "fixture",
+    "ranked",
+    "request",
+    "with_retrieval",
+]

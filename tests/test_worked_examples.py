@@ -6,6 +6,15 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+
+from msprlab.engine import EngineConfig, Seed, record_feedback, search, tick_decay
+from msprlab.engine.bfs import expand_bfs
+from msprlab.engine.config import FeedbackConfig, MsprConfig, SuccessConfig
+from msprlab.engine.graph import EdgeType, Embedding
+from msprlab.engine.rerank import featurize, rank
+from msprlab.engine.search import resolve_payloads, seed_payload
+from msprlab.engine.seeds import trim_seeds
+
 from spec_fixture import (
     NO_DECAY,
     QUERY,
@@ -17,14 +26,6 @@ from spec_fixture import (
     request,
     with_retrieval,
 )
-
-from msprlab.engine import EngineConfig, Seed, record_feedback, search, tick_decay
-from msprlab.engine.bfs import expand_bfs
-from msprlab.engine.config import DecayConfig, FeedbackConfig, MsprConfig, SuccessConfig
-from msprlab.engine.graph import EdgeType, Embedding
-from msprlab.engine.rerank import featurize, rank
-from msprlab.engine.search import resolve_payloads, seed_payload
-from msprlab.engine.seeds import trim_seeds
 
 approx6 = pytest.approx  # the spec rounds to 6 decimals
 
@@ -82,8 +83,8 @@ class TestExampleA:
         assert sorted(c.id for c in out.results) == ["m1", "m2"]
 
 
-def b1_state(config: EngineConfig = EngineConfig()):
-    state = fixture(config)
+def b1_state(config: EngineConfig | None = None):
+    state = fixture(config or EngineConfig())
     state.graph.nodes["m2"].last_accessed_at = T0 + timedelta(days=9)
     return state
 
