@@ -230,7 +230,13 @@ def _config(reader: _Reader) -> tuple[EngineConfig, RoleSetup]:
     """Scenario config -> the ContextKit dict shape -> EngineConfig (bounds checked there)."""
     reader.obj()
     raw = reader.value
+    for block in ("retrieval", "decay", "mspr"):
+        if raw.get(block) is not None:
+            reader.child(block).obj()
     mspr = dict(raw.get("mspr") or {})
+    for block in ("feedback", "frequency", "success", "intent", "role"):
+        if mspr.get(block) is not None:
+            reader.child("mspr").child(block).obj()
     role_raw = dict(mspr.get("role") or {})
     role_reader = reader.child("mspr").child("role") if "role" in mspr else None
     setup = RoleSetup(

@@ -59,7 +59,7 @@ def extract_doc_refs(text: str, metadata: Mapping[str, Any] | None) -> list[str]
             refs.append(value)
     if text:
         refs.extend(_URL.findall(text))
-    return refs
+    return list(dict.fromkeys(refs))
 
 
 def same_owner(a: MemoryNode | None, b: MemoryNode | None) -> bool:
@@ -92,7 +92,7 @@ def archive(graph: ContextGraph, memory_id: str) -> None:
 
 
 def _session_key(user_id: str | None, agent_id: str | None, run_id: str | None) -> SessionKey:
-    # The run wins over the agent, and the tenant plays no part (MSPR.md section 18, 37).
+    # The run wins over the agent, and the tenant plays no part (MSPR.md section 18, item 37).
     return (run_id or agent_id or "", user_id or "")
 
 

@@ -6,7 +6,6 @@ import math
 from dataclasses import fields, replace
 
 import pytest
-from spec_fixture import NO_DECAY, T0, add_edge, add_memory, fixture, request
 from test_strict_isolation import E_FILTERS, E_SEEDS, example_e
 
 from msprlab.engine import (
@@ -28,6 +27,8 @@ from msprlab.engine.config import (
 )
 from msprlab.engine.graph import EdgeType
 from msprlab.engine.state import EngineState
+
+from spec_fixture import NO_DECAY, T0, add_edge, add_memory, fixture, request
 
 COMPAT = Corrections()
 

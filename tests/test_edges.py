@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+
 from msprlab.engine.config import EdgesConfig
 from msprlab.engine.edges import (
     EdgeBuilder,
@@ -18,7 +19,7 @@ from msprlab.engine.edges import (
     same_owner,
     text_hash,
 )
-from msprlab.engine.graph import ContextGraph, Embedding, EdgeType, MemoryEdge, MemoryNode
+from msprlab.engine.graph import ContextGraph, EdgeType, Embedding, MemoryEdge, MemoryNode
 from msprlab.engine.text import cosine
 
 T = datetime(2026, 1, 1, 12, 0)

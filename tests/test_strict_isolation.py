@@ -12,7 +12,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spec_fixture import NO_DECAY, T0, add_edge, add_memory, fixture, ranked, request
 
 from msprlab.engine import Corrections, EngineConfig, SearchRequest, Seed, new_state, search
 from msprlab.engine.config import MsprConfig, RetrievalConfig, RoleConfig
@@ -20,6 +19,8 @@ from msprlab.engine.graph import EdgeType
 from msprlab.engine.roles import policy_from_name, role_context_from_filters
 from msprlab.engine.search import effective_filters, seed_payload
 from msprlab.engine.state import EngineState
+
+from spec_fixture import NO_DECAY, T0, add_edge, add_memory, fixture, ranked, request
 
 TENANTS = ("acme", "globex")
 ROLES = ("analyst", "admin", "user", "a")

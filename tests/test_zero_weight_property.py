@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spec_fixture import T0, add_edge, add_memory
 
 from msprlab.engine import EngineConfig, SearchRequest, Seed, new_state, record_feedback, search
 from msprlab.engine.config import (
@@ -31,6 +30,8 @@ from msprlab.engine.config import (
 )
 from msprlab.engine.graph import EdgeType
 from msprlab.engine.state import EngineState
+
+from spec_fixture import T0, add_edge, add_memory
 
 WORDS = ("alice", "seat", "flight", "tokyo", "hotel", "peanut", "window", "passport", "the")
 unit = st.floats(0.0, 1.0, allow_nan=False)
