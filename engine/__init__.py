@@ -8,12 +8,13 @@ The verbs: `new_state` builds a state for a config, `search` runs one `Memory.se
 from .config import Corrections, EngineConfig, RetrievalConfig
 from .config_dict import config_from_dict
 from .decay import tick_decay
+from .edges import EdgeBuilder, archive
 from .feedback_ops import backfill_mspr, record_feedback, reset_feedback
 from .search import SearchError, SearchOutcome, SearchRequest, Seed, search
 from .state import EngineState, new_state
 
 __all__ = [
-    "Corrections", "EngineConfig", "EngineState", "RetrievalConfig", "SearchError",
-    "SearchOutcome", "SearchRequest", "Seed", "backfill_mspr", "config_from_dict",
+    "Corrections", "EdgeBuilder", "EngineConfig", "EngineState", "RetrievalConfig", "SearchError",
+    "SearchOutcome", "SearchRequest", "Seed", "archive", "backfill_mspr", "config_from_dict",
     "new_state", "record_feedback", "reset_feedback", "search", "tick_decay",
 ]

@@ -198,6 +198,8 @@ def _power_iteration(
     change = np.empty(n, dtype=np.float64)
     for step in range(1, max_iter + 1):
         nxt: FloatArray = transition_t @ x
+        # With no dangling node networkx adds `0 * p`: zeros, which change nothing here
+        # because the mat-vec starts from +0.0 and so never yields -0.0.
         if dangling.size:
             nxt += np.cumsum(x[dangling])[-1] * p
         nxt *= alpha

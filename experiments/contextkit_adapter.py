@@ -499,19 +499,6 @@ def _scratch_root() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
-@functools.cache
-def _telemetry_store_client() -> Any:
-    """One in-memory Qdrant client per process for the library's own vector store.
-
-    `Memory.__init__` builds a vector store from the config (it ends up holding only the
-    telemetry user id); the scenario's store is the stand-in. Building a client costs
-    as much as a small scenario, and sharing it changes no result.
-    """
-    from qdrant_client import QdrantClient  # a dependency of the library
-
-    return QdrantClient(":memory:")
-
-
 def _build_run(
     lib: _Library, scenario: dict[str, Any], workdir: Path, clock: _Clock, client: Any
 ) -> _Run:
@@ -535,6 +522,22 @@ def _build_run(
     return _Run(memory, store, embedder)
 
 
+def _replay(
+    run: _Run, events: list[dict[str, Any]], clock: _Clock, log: _SwallowedLog,
+    with_subgraph: bool,
+) -> list[dict[str, Any]]:
+    records = []
+    for index, event in enumerate(events):
+        if event.get("at"):
+            clock.now = _parse_time(event["at"])
+        if event["type"] == "search":
+            record = run.search(event, with_subgraph=with_subgraph)
+        else:
+            record = run.feedback(event)
+        records.append({"index": index, **record, "swallowed": log.take()})
+    return records
+
+
 def run_scenario_with_contextkit(
     scenario: dict[str, Any], *, with_subgraph: bool = False
 ) -> dict[str, Any]:
@@ -555,25 +558,25 @@ def run_scenario_with_contextkit(
     """
     _validate(scenario)
     lib = _library()
+    from qdrant_client import QdrantClient  # a dependency of the library
+
     clock = _Clock(_parse_time(scenario.get("now") or DEFAULT_NOW))
-    events: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="msprlab-ck-", dir=_scratch_root()) as tmp, \
-            _library_session(lib, clock) as log:
-        run = _build_run(lib, scenario, Path(tmp), clock, _telemetry_store_client())
-        try:
-            log.take()  # what building the state logged belongs to no event
-            for index, event in enumerate(scenario.get("events", [])):
-                if event.get("at"):
-                    clock.now = _parse_time(event["at"])
-                if event["type"] == "search":
-                    record = run.search(event, with_subgraph=with_subgraph)
-                else:
-                    record = run.feedback(event)
-                events.append({"index": index, **record, "swallowed": log.take()})
-            final_nodes = run.final_nodes()
-        finally:
-            run.memory.close()
-            run.memory.db.close()
+    # The library builds its own vector store from the config; it only ever holds the
+    # telemetry user id. The scenario's store is the stand-in.
+    client = QdrantClient(":memory:")
+    try:
+        with tempfile.TemporaryDirectory(prefix="msprlab-ck-", dir=_scratch_root()) as tmp, \
+                _library_session(lib, clock) as log:
+            run = _build_run(lib, scenario, Path(tmp), clock, client)
+            try:
+                log.take()  # what building the state logged belongs to no event
+                events = _replay(run, scenario.get("events", []), clock, log, with_subgraph)
+                final_nodes = run.final_nodes()
+            finally:
+                run.memory.close()
+                run.memory.db.close()
+    finally:
+        client.close()
     return {
         "format": OUTPUT_FORMAT,
         "scenario": scenario.get("name"),

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from msprlab.engine.config import IntentConfig, RetrievalConfig
 from msprlab.engine.graph import EdgeType
 from msprlab.engine.intent import (

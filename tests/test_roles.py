@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, get_args
 
 import pytest
+
 from msprlab.engine.config import PolicyName
 from msprlab.engine.roles import (
     POLICY_NAMES,
