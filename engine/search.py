@@ -30,8 +30,18 @@ _CORE_KEYS = frozenset({"data", "hash", "created_at", "updated_at", "id", *PROMO
 _VECTOR_SKIP_KEYS = frozenset({"confidence", "timestamp", "modality", "image_hash", "audio_hash"})
 
 
-class SearchError(ValueError):
-    """The library raises here too: the search has no result, only this error."""
+class SearchError(Exception):
+    """The library raises here too: the search has no result, only this error.
+
+    `kind` names the exception type the library raises (ValueError, TypeError, ...).
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.args[0]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +96,14 @@ def effective_filters(req: SearchRequest) -> dict[str, Any]:
     if not provided:
         # The library checks the arguments, not the filters (MSPR.md section 1 reads as if
         # filters alone would do; 0.1.4 raises here).
-        raise SearchError("At least one of 'user_id', 'agent_id', or 'run_id' must be provided.")
+        raise SearchError("ValueError",
+                          "At least one of 'user_id', 'agent_id', or 'run_id' must be provided.")
+    for key in SCOPE_KEYS:
+        # 0.1.4 md5-hashes these filter values for telemetry, telemetry on or off, so any
+        # non-string value (an operator filter such as {"$in": [...]}) raises here.
+        if key in filters and not isinstance(filters[key], str):
+            raise SearchError("AttributeError", f"'{type(filters[key]).__name__}' object has "
+                              "no attribute 'encode'")
     return filters
 
 
@@ -123,9 +140,10 @@ def vector_results(state: EngineState, req: SearchRequest) -> list[Payload]:
     for seed in req.seeds:
         stored = state.payloads.get(seed.id or "")
         if stored is None:
-            raise SearchError(f"seed {seed.id!r} is not a memory in the vector store")
+            raise SearchError("KeyError", f"seed {seed.id!r} is not a memory in the vector store")
         if req.threshold is not None and seed.score is None:
-            raise TypeError("'>=' not supported between instances of 'NoneType' and 'float'")
+            raise SearchError("TypeError", "'>=' not supported between instances of 'NoneType' "
+                              "and 'float'")
         if req.threshold is None or (seed.score is not None and seed.score >= req.threshold):
             hits.append(seed_payload(seed.id or "", stored, seed.score))
     return hits

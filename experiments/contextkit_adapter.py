@@ -15,7 +15,9 @@ the ranking code:
   timestamps and access times follow the scenario's clock;
 * `telemetry.Posthog`, because the library builds a PostHog client per event and each
   client starts a consumer thread even when telemetry is off, so a batch of scenarios
-  would leak thousands of threads.
+  would leak thousands of threads. The stand-in sends nothing, so no event leaves the
+  process even if the library was imported before `OUTHAD_CONTEXTKIT_TELEMETRY=false`
+  could be set.
 
 These swaps are process-global: run scenarios one at a time per process (use processes,
 not threads, to run them in parallel).
@@ -96,11 +98,8 @@ def _library() -> _Library:
             "the ContextKit adapter needs the library: pip install 'msprlab[parity]' "
             "(outhad-contextkitai==0.1.4, networkx, scipy)"
         ) from exc
-    if lib.telemetry.OUTHAD_CONTEXTKIT_TELEMETRY:
-        raise RuntimeError(
-            "outhad_contextkit was imported with telemetry on; set "
-            "OUTHAD_CONTEXTKIT_TELEMETRY=false before anything imports it"
-        )
+    # If something imported the library earlier with telemetry on, nothing is sent either:
+    # during a run every event's PostHog client is the inert stand-in (_library_session).
     return lib
 
 

