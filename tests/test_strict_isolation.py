@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 from msprlab.engine import Corrections, EngineConfig, SearchRequest, Seed, new_state, search
 from msprlab.engine.config import MsprConfig, RetrievalConfig, RoleConfig
 from msprlab.engine.graph import EdgeType
-from msprlab.engine.roles import policy_from_name, role_context_from_filters
+from msprlab.engine.roles import (
+    CompositePolicy,
+    RolePolicy,
+    TenantIsolationPolicy,
+    policy_from_name,
+    read_field,
+    role_context_from_filters,
+)
 from msprlab.engine.search import effective_filters, seed_payload
 from msprlab.engine.state import EngineState
 
@@ -145,3 +152,28 @@ def test_example_e_strict_isolation_in_soft_mode_removes_rather_than_zeroes():
                  request(seeds=E_SEEDS, filters=E_FILTERS), now=T0)
     assert [(i, round(s, 6)) for i, s in ranked(out)] == [
         ("m1", 0.836714), ("m3", 0.511373), ("m4", 0.461045)]
+
+
+def test_example_e_soft_keeps_denied_items_at_zero_in_their_slots():
+    out = search(example_e(Corrections(), hard_filter=False),
+                 request(seeds=E_SEEDS, filters=E_FILTERS), now=T0)
+    assert [(i, round(s, 6)) for i, s in ranked(out)] == [
+        ("m1", 0.836714), ("m3", 0.511373), ("m4", 0.461045), ("m2", 0.0), ("m5", 0.0)]
+
+
+class HalfForGlobal(RolePolicy):
+    """A user-written policy: memories without a tenant count half."""
+
+    def allow(self, candidate, ctx):
+        return True
+
+    def reweight(self, candidate, ctx):
+        return 0.5 if read_field(candidate, "tenant_id") is None else 1.0
+
+
+def test_example_e_soft_with_tenant_isolation_and_a_custom_reweight():
+    state = example_e(Corrections(), hard_filter=False)
+    state.policy = CompositePolicy([TenantIsolationPolicy(), HalfForGlobal()])
+    out = search(state, request(seeds=E_SEEDS, filters=E_FILTERS), now=T0)
+    assert [(i, round(s, 6)) for i, s in ranked(out)] == [
+        ("m1", 0.836714), ("m5", 0.325714), ("m3", 0.255686), ("m4", 0.230522), ("m2", 0.0)]
