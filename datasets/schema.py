@@ -1,0 +1,109 @@
+"""The event store's tables: one schema module owns every column name and type.
+
+Every source (LoCoMo, click-model logs, ContextKit artifacts, TREC, generic files) produces a
+`Dataset` of Polars frames with exactly these schemas; the store writes them to DuckDB.
+Timestamps are naive UTC microseconds. Events live on one global timeline ordered by
+(`ts`, `seq`): `seq` is the documented tie-break for events that share a timestamp
+(an ingest assigns it in source order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+TS = pl.Datetime("us")
+
+MEMORIES = pl.Schema({
+    "memory_id": pl.String, "text": pl.String,
+    "user_id": pl.String, "agent_id": pl.String, "run_id": pl.String,
+    "tenant_id": pl.String, "sub_tenant_id": pl.String,
+    "role": pl.String, "allowed_roles": pl.List(pl.String),
+    "metadata": pl.String,  # JSON object text: extra payload keys
+    "created_at": TS, "updated_at": TS, "deleted_at": TS,
+})
+
+EMBEDDINGS = pl.Schema({"memory_id": pl.String, "embedder": pl.String,
+                        "vector": pl.List(pl.Float32)})
+
+EDGES = pl.Schema({"src": pl.String, "dst": pl.String, "type": pl.String,
+                   "weight": pl.Float64, "created_at": TS, "updated_at": TS,
+                   "evidence": pl.String})
+
+EVENT_KINDS = ("memory_added", "memory_updated", "memory_deleted", "search", "feedback",
+               "access")
+
+EVENTS = pl.Schema({
+    "event_id": pl.Int64,   # dense 0..n-1 in timeline order
+    "ts": TS, "seq": pl.Int64,
+    "kind": pl.Enum(EVENT_KINDS),
+    "memory_id": pl.String,  # memory_* / feedback / access
+    "query_id": pl.String,   # search / feedback (the query the verdict was about)
+    "user_id": pl.String, "agent_id": pl.String, "run_id": pl.String,
+    "query": pl.String,      # search / feedback text
+    "filters": pl.String,    # search: JSON object
+    "limit": pl.Int64,       # search
+    "shown": pl.List(pl.String),  # search: the ranking that was shown, in order
+    "helpful": pl.Boolean,   # feedback
+})
+
+QUERIES = pl.Schema({
+    "query_id": pl.String, "text": pl.String,
+    "user_id": pl.String, "agent_id": pl.String, "run_id": pl.String,
+    "question_type": pl.String,  # the dataset's own label (LoCoMo category), if any
+})
+
+QRELS = pl.Schema({"query_id": pl.String, "memory_id": pl.String, "relevance": pl.Int64})
+
+MANIFEST = pl.Schema({"source": pl.String, "version": pl.String, "digest": pl.String,
+                      "counts": pl.String, "ingested_at": TS})
+
+TABLES: dict[str, pl.Schema] = {
+    "memories": MEMORIES, "embeddings": EMBEDDINGS, "edges": EDGES, "events": EVENTS,
+    "queries": QUERIES, "qrels": QRELS,
+}
+
+
+def empty(schema: pl.Schema) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What a source produces: one frame per table, plus where it came from.
+
+    `digest` identifies the source content (sha256 of the input files and the generator
+    parameters), so re-ingesting the same source is a no-op.
+    """
+
+    source: str
+    version: str
+    digest: str
+    memories: pl.DataFrame = field(default_factory=lambda: empty(MEMORIES))
+    embeddings: pl.DataFrame = field(default_factory=lambda: empty(EMBEDDINGS))
+    edges: pl.DataFrame = field(default_factory=lambda: empty(EDGES))
+    events: pl.DataFrame = field(default_factory=lambda: empty(EVENTS))
+    queries: pl.DataFrame = field(default_factory=lambda: empty(QUERIES))
+    qrels: pl.DataFrame = field(default_factory=lambda: empty(QRELS))
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        return {name: getattr(self, name) for name in TABLES}
+
+    def counts(self) -> dict[str, int]:
+        return {name: frame.height for name, frame in self.tables().items()}
+
+
+# Provenance columns a source may add for error messages; the store never writes them.
+PROVENANCE = ("_file", "_row")
+
+
+def require(frame: pl.DataFrame, schema: pl.Schema, *, what: str) -> None:
+    """Raise unless `frame` has exactly the columns and types of `schema` (plus provenance)."""
+    problems = [f"missing column {c!r}" for c in schema if c not in frame.columns]
+    problems += [f"column {c!r} is {frame.schema[c]}, expected {t}"
+                 for c, t in schema.items() if c in frame.columns and frame.schema[c] != t]
+    problems += [f"unexpected column {c!r}" for c in frame.columns
+                 if c not in schema and c not in PROVENANCE]
+    if problems:
+        raise ValueError(f"{what}: " + "; ".join(problems) + f" (found columns {frame.columns})")
