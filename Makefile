@@ -25,10 +25,11 @@ test-slow: setup  ## slow tests only
 
 test-parity: setup  ## differential tests against the ContextKit library itself
 	$(BIN)/pip install --quiet -e '.[dev,parity]'
-	$(BIN)/pytest -q -m "parity" -n 2
+	$(BIN)/pytest -q -m "parity and not slow" -n 2
 
 bench: setup  ## speed figures, printed as ratios measured side by side
 	$(BIN)/python -m msprlab.experiments.bench_engine
+	$(BIN)/python -m msprlab.experiments.bench_ingest
 
 # mypy resolves msprlab.* through a link tree, since the import packages map to
 # top-level folders (pyproject's package-dir) that mypy cannot follow on its own.

@@ -23,6 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from ._scenario_config import chance as _chance
+from ._scenario_config import pick as _pick
+from ._scenario_config import random_config
+
 __all__ = ["generate_batch", "generate_scenario"]
 
 SCENARIO_FORMAT = "ck-mspr-scenario/1"
@@ -33,7 +37,6 @@ RUNS = ("r0", "r1", "r2")
 TENANTS = ("t0", "t1", "t2")
 SUB_TENANTS = ("s0", "s1")
 ROLES = ("admin", "analyst", "user", "ops")
-POLICIES = ("none", "tenant", "role_scope", "composite", "allow_all")
 EDGE_TYPES = (
     "REPLY_TO", "TOPIC_SIMILAR", "DOCUMENT_LINK", "TEMPORAL_NEXT", "UPDATED_FROM",
     "CAUSAL", "SUPPORTS", "CONTRADICTS", "REFINES", "ELABORATES",
@@ -87,7 +90,7 @@ def generate_scenario(seed: int, index: int) -> dict[str, Any]:
     """One random scenario, a pure function of `(seed, index)`."""
     rng = np.random.default_rng([seed, index])
     now = datetime(2024, 6, 1) + timedelta(days=int(rng.integers(0, 365)))
-    config = _config(rng)
+    config = random_config(rng)
     world = _World(rng, now)
     memories = world.memories(_memory_count(rng))
     return {
@@ -109,14 +112,6 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds")
 
 
-def _pick(rng: np.random.Generator, items: tuple[Any, ...] | list[Any]) -> Any:
-    return items[int(rng.integers(len(items)))]
-
-
-def _chance(rng: np.random.Generator, p: float) -> bool:
-    return bool(rng.random() < p)
-
-
 def _vector(values: np.ndarray) -> list[float]:
     return [round(float(x), 6) for x in values]
 
@@ -128,85 +123,6 @@ def _memory_count(rng: np.random.Generator) -> int:
     if bucket < 0.9:
         return int(rng.integers(31, 101))
     return int(rng.integers(101, 301))
-
-
-# ---- config --------------------------------------------------------------------------
-
-
-def _config(rng: np.random.Generator) -> dict[str, Any]:
-    return {
-        "retrieval": _retrieval(rng),
-        "decay": {
-            "enabled": _chance(rng, 0.45),
-            "half_life_days": float(_pick(rng, (0.5, 1.0, 7.0, 30.0, 90.0))),
-            "min_edge_weight": float(_pick(rng, (0.05, 0.0, 0.2, 0.5))),
-            "min_node_relevance": float(_pick(rng, (0.02, 0.0, 0.1, 0.4))),
-            "tick_on_read": _chance(rng, 0.9),
-        },
-        "log_changes": _chance(rng, 0.05),
-        "mspr": _mspr(rng),
-    }
-
-
-def _weight(rng: np.random.Generator) -> float:
-    return round(float(rng.uniform(0.0, 1.0)), 3)
-
-
-def _retrieval(rng: np.random.Generator) -> dict[str, Any]:
-    if _chance(rng, 0.4):
-        alpha, beta, gamma = 0.55, 0.15, 0.30
-    else:
-        alpha, beta, gamma = _weight(rng), _weight(rng), _weight(rng)
-    mode = _pick(rng, ("zero", "some", "some", "all"))
-    extra = [0.0 if mode == "zero" or (mode == "some" and _chance(rng, 0.5)) else _weight(rng)
-             for _ in range(3)]
-    return {
-        "alpha_dense": alpha, "beta_bm25": beta, "gamma_graph": gamma,
-        "delta_personal": extra[0], "epsilon_frequency": extra[1], "zeta_success": extra[2],
-        "seed_top_k": int(_pick(rng, (1, 2, 3, 5, 10, 10, 20, 100))),
-        "expansion_depth": int(_pick(rng, (0, 1, 1, 2, 2, 2, 3, 4))),
-        "max_candidates": _max_candidates(rng),
-        "edge_weight_floor": float(_pick(rng, (0.1, 0.1, 0.0, round(rng.uniform(0, 0.6), 3)))),
-        "algorithm": "ppr" if _chance(rng, 0.35) else "bfs",
-        "ppr_damping": 0.85 if _chance(rng, 0.5) else round(float(rng.uniform(0.3, 0.95)), 3),
-        # 5..15 iterations often stop PageRank before it converges (the library then
-        # falls back to the seeds), which the parity test must see.
-        "ppr_max_iter": int(_pick(rng, (200, 200, 200, int(rng.integers(5, 16)),
-                                        int(rng.integers(30, 501))))),
-        "ppr_tolerance": float(_pick(rng, (1e-6, 1e-6, 1e-8, 1e-4, 1e-10))),
-    }
-
-
-def _max_candidates(rng: np.random.Generator) -> int:
-    bucket = rng.random()
-    if bucket < 0.5:
-        return 50
-    if bucket < 0.8:
-        return int(rng.integers(1, 9))
-    return int(rng.integers(100, 501))
-
-
-def _mspr(rng: np.random.Generator) -> dict[str, Any]:
-    return {
-        "enabled": _chance(rng, 0.85),
-        "feedback": {
-            "enabled": _chance(rng, 0.75),
-            "boost_delta": 0.15 if _chance(rng, 0.6) else round(float(rng.uniform(0, 0.5)), 3),
-            "penalty_delta": 0.10 if _chance(rng, 0.6) else round(float(rng.uniform(0, 0.5)), 3),
-            "max_boost_per_memory": float(_pick(rng, (0.6, 0.6, 0.0, 0.3, 0.45, 1.0))),
-            "pin_floor_on_boost": _chance(rng, 0.8),
-        },
-        "frequency": {"enabled": _chance(rng, 0.6)},
-        "success": {"enabled": _chance(rng, 0.6), "min_sample_size": int(rng.integers(1, 5))},
-        "intent": {"enabled": _chance(rng, 0.6), "strategy": "regex"},
-        "role": {
-            "enabled": _chance(rng, 0.5),
-            "hard_filter": _chance(rng, 0.5),
-            "policy": _pick(rng, POLICIES),
-            "treat_global_as_visible": _chance(rng, 0.75),
-            "treat_unrestricted_as_visible": _chance(rng, 0.75),
-        },
-    }
 
 
 # ---- memories and edges --------------------------------------------------------------
@@ -336,8 +252,10 @@ class _World:
             weight = round(float(rng.uniform(0, 0.15)), 4)  # around and below the floor
         elif roll < 0.8:
             weight = round(float(rng.uniform(0.15, 1)), 4)
-        elif roll < 0.9:
+        elif roll < 0.87:
             weight = 1.0
+        elif roll < 0.9:
+            weight = float(_pick(rng, (0.1, 0.05, 0.2)))  # exactly a default floor or minimum
         elif roll < 0.95:
             weight = 0.0
         else:
@@ -401,14 +319,18 @@ class _Events:
         return (text, text.upper(), f"  {text}  ", text.title(), text.lower(), f"{text}?")[kind]
 
     def owner_ids(self) -> dict[str, Any]:
+        """At least one session id: mostly a user, sometimes only an agent or a run."""
         rng = self.rng
         ids: dict[str, Any] = {"user_id": None, "agent_id": None, "run_id": None}
         roll = rng.random()
-        if roll < 0.9:
+        if roll < 0.85:
             ids["user_id"] = _pick(rng, USERS)
-        if roll >= 0.95 or _chance(rng, 0.2):
+            ids["agent_id"] = _pick(rng, AGENTS) if _chance(rng, 0.2) else None
+            ids["run_id"] = _pick(rng, RUNS) if _chance(rng, 0.15) else None
+        elif roll < 0.93:
             ids["agent_id"] = _pick(rng, AGENTS)
-        if _chance(rng, 0.15):
+            ids["run_id"] = _pick(rng, RUNS) if _chance(rng, 0.3) else None
+        else:
             ids["run_id"] = _pick(rng, RUNS)
         return ids
 
@@ -423,7 +345,7 @@ class _Events:
         }
         event["seeds"] = self.seeds(event["query_embedding"], ids["user_id"])
         if _chance(rng, 0.5):
-            event["limit"] = int(_pick(rng, (0, 1, 2, 3, 5, 5, 10, 10, 20)))
+            event["limit"] = int(_pick(rng, (0, 1, 2, 3, 5, 5, 10, 10, 20, 0, -1)))
         if _chance(rng, 0.1):
             event["threshold"] = round(float(rng.uniform(0, 0.6)), 3)
         event["include_archived"] = _chance(rng, 0.15)
@@ -442,13 +364,30 @@ class _Events:
         if roll < 0.06:  # an operator filter on a session key the arguments do not override
             return ({"user_id": None, "agent_id": _pick(rng, AGENTS), "run_id": None},
                     {"user_id": {"$in": [_pick(rng, USERS)]}})
-        return self.owner_ids(), self.role_filters()
+        ids, filters = self.owner_ids(), self.role_filters()
+        if _chance(rng, 0.1):
+            filters = {**(filters or {}), **self.owner_filters()}
+        return ids, filters
+
+    def owner_filters(self) -> dict[str, Any]:
+        """Session keys in the filters: overwritten by an argument, or narrowing the scope."""
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.4:
+            return {"user_id": _pick(rng, USERS)}
+        if roll < 0.7:
+            return {"agent_id": _pick(rng, AGENTS)}
+        if roll < 0.9:
+            return {"run_id": _pick(rng, RUNS)}
+        return {"run_id": int(rng.integers(1, 4))}  # not a string: the library raises
 
     def role_filters(self) -> dict[str, Any] | None:
         rng = self.rng
         tenant = _pick(rng, TENANTS) if _chance(rng, 0.8) else None
         role = _pick(rng, ROLES) if _chance(rng, 0.8) else None
         flat = {k: v for k, v in (("tenant_id", tenant), ("role", role)) if v is not None}
+        if _chance(rng, 0.15):
+            flat["sub_tenant_id"] = _pick(rng, SUB_TENANTS)
         shape = rng.random()
         if shape < 0.5:
             return None
@@ -505,6 +444,9 @@ class _Events:
             seeds.append({"id": twin["id"], "score": round(float(twin["score"] or 0) - 0.1, 3)})
         if seeds and _chance(rng, 0.1):
             _pick(rng, seeds)["score"] = None
+        if _chance(rng, 0.03):  # no positive score: PPR personalises uniformly
+            for seed in seeds:
+                seed["score"] = 0.0
 
     def feedback(self, memory_id: str | None = None, user_id: Any = "draw",
                  helpful: bool | None = None, query: str | None = None) -> dict[str, Any]:

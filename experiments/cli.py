@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from msprlab.datasets.scenario import ScenarioError, load_scenario
+from msprlab.experiments.ingest_cli import add_ingest_commands
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 DEMO_SCENARIOS = Path(__file__).parent / "scenarios"
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="msprlab", description="Offline evaluation harness for ContextKit's MSPR ranker.")
     commands = parser.add_subparsers(dest="command", required=True)
+    add_ingest_commands(commands)
     demo = commands.add_parser("demo", help="run the engine on the spec's worked examples")
     demo.set_defaults(func=cmd_demo)
     scenario = commands.add_parser("scenario", help="replay or compare scenario files")

@@ -7,20 +7,10 @@ stood in for, because a scenario pins them down: the embedder (it returns the se
 event's `query_embedding`) and the vector store (it returns the event's `seeds`
 verbatim, and resolves a memory id to its payload).
 
-Three module-level names of the library are swapped while a scenario runs, all outside
-the ranking code:
-
-* the graph's clock (`facade._utcnow`, and `datetime` in the backends module, which
-  `record_access` reads), frozen at scenario time so decay ticks, node and edge
-  timestamps and access times follow the scenario's clock;
-* `telemetry.Posthog`, because the library builds a PostHog client per event and each
-  client starts a consumer thread even when telemetry is off, so a batch of scenarios
-  would leak thousands of threads. The stand-in sends nothing, so no event leaves the
-  process even if the library was imported before `OUTHAD_CONTEXTKIT_TELEMETRY=false`
-  could be set.
-
-These swaps are process-global: run scenarios one at a time per process (use processes,
-not threads, to run them in parallel).
+While a scenario runs, the library's clock is frozen at scenario time and its PostHog
+client class is replaced by an inert one; see `_contextkit_standins` for what is swapped
+and why. The swaps are process-global: run scenarios one at a time per process (use
+processes, not threads, to run them in parallel).
 
 Example (needs the `parity` extra)::
 
@@ -33,18 +23,25 @@ import copy
 import functools
 import importlib
 import importlib.metadata
-import logging
 import os
-import re
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from hashlib import md5
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from ._contextkit_standins import (
+    STORE_DIMS,
+    Clock,
+    ScenarioEmbedder,
+    ScenarioVectorStore,
+    SwallowedLog,
+    library_session,
+    parse_time,
+)
 
 __all__ = ["OUTPUT_FORMAT", "SCENARIO_FORMAT", "run_scenario_with_contextkit"]
 
@@ -55,10 +52,6 @@ DEFAULT_NOW = "2024-01-01T00:00:00"
 POLICIES = ("none", "tenant", "role_scope", "composite", "allow_all")
 # Keys of config.mspr.role that choose the adapter's policy object, not library config.
 _POLICY_KEYS = ("policy", "treat_global_as_visible", "treat_unrestricted_as_visible")
-# The library logs from its except-handlers at debug level; these words mark such a message.
-_FAILURE_WORDS = re.compile(r"fail|error|raised|rejected|timed out", re.IGNORECASE)
-# Only the library's telemetry store sees this size; no scenario vector goes through it.
-_STORE_DIMS = 8
 
 
 @dataclass(frozen=True)
@@ -99,149 +92,14 @@ def _library() -> _Library:
             "(outhad-contextkitai==0.1.4, networkx, scipy)"
         ) from exc
     # If something imported the library earlier with telemetry on, nothing is sent either:
-    # during a run every event's PostHog client is the inert stand-in (_library_session).
+    # during a run every event's PostHog client is the inert stand-in (library_session).
     return lib
 
 
-# ---- time ----------------------------------------------------------------------------
-
-
-def _parse_time(text: str) -> datetime:
-    """ISO-8601 to the graph's naive-UTC datetime (naive input is already UTC)."""
-    moment = datetime.fromisoformat(text)
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC).replace(tzinfo=None)
-    return moment
-
-
-@dataclass
-class _Clock:
-    now: datetime
-
-    @contextmanager
-    def at(self, moment: datetime) -> Iterator[None]:
-        """Stamp what happens inside with `moment`, then return to the scenario clock."""
-        saved, self.now = self.now, moment
-        try:
-            yield
-        finally:
-            self.now = saved
-
-
-def _frozen_datetime(clock: _Clock) -> type[datetime]:
-    class FrozenDatetime(datetime):
-        @classmethod
-        def utcnow(cls) -> datetime:  # type: ignore[override]
-            return clock.now
-
-    return FrozenDatetime
-
-
-class _InertPosthog:
-    """Stands in for `posthog.Posthog` (see the module docstring): captures nothing and,
-    unlike the real client, starts no thread. Accepts the real constructor's arguments."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.disabled = True
-
-    def capture(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def shutdown(self) -> None:
-        return None
-
-
-@contextmanager
-def _swapped(module: ModuleType, name: str, value: Any) -> Iterator[None]:
-    saved = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, saved)
-
-
-class _SwallowedLog(logging.Handler):
-    """Collects the messages the library logs from its except-handlers."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self._messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if _FAILURE_WORDS.search(message):
-            self._messages.append(f"{record.name}: {message}")
-
-    def take(self) -> list[str]:
-        taken, self._messages = self._messages, []
-        return taken
-
-
-@contextmanager
-def _library_session(lib: _Library, clock: _Clock) -> Iterator[_SwallowedLog]:
-    """Freeze the graph clock, stub PostHog and listen to the library's logs."""
-    log = _SwallowedLog()
-    root = logging.getLogger("outhad_contextkit")
-    saved_level = root.level
-    with ExitStack() as stack:
-        stack.enter_context(_swapped(lib.facade, "_utcnow", lambda: clock.now))
-        stack.enter_context(_swapped(lib.backends, "datetime", _frozen_datetime(clock)))
-        stack.enter_context(_swapped(lib.telemetry, "Posthog", _InertPosthog))
-        root.addHandler(log)
-        root.setLevel(logging.DEBUG)
-        try:
-            yield log
-        finally:
-            root.removeHandler(log)
-            root.setLevel(saved_level)
-
-
-# ---- stand-ins -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Hit:
-    """A vector-store row as the library reads it: `.id`, `.score`, `.payload`."""
-
-    id: str
-    score: float | None
-    payload: dict[str, Any]
-
-
-@dataclass
-class _ScenarioVectorStore:
-    """`search` returns the current event's seeds verbatim; `get` resolves a payload."""
-
-    payloads: dict[str, dict[str, Any]]
-    seeds: list[dict[str, Any]] = field(default_factory=list)
-
-    def search(self, query: str, vectors: Any, limit: int = 5, filters: Any = None) -> list[_Hit]:
-        # No filtering, no truncation: the scenario records what the store returned.
-        return [
-            _Hit(seed["id"], seed.get("score"), copy.deepcopy(self.payloads[seed["id"]]))
-            for seed in self.seeds
-        ]
-
-    def get(self, vector_id: str) -> _Hit | None:
-        payload = self.payloads.get(vector_id)
-        return None if payload is None else _Hit(vector_id, None, copy.deepcopy(payload))
-
-
-@dataclass(frozen=True)
-class _EmbedderConfig:
-    embedding_dims: int  # telemetry reads it from every event
-
-
-@dataclass
-class _ScenarioEmbedder:
-    """Returns the current search event's `query_embedding` for every text."""
-
-    config: _EmbedderConfig = field(default_factory=lambda: _EmbedderConfig(_STORE_DIMS))
-    vector: list[float] = field(default_factory=list)
-
-    def embed(self, text: str, memory_action: str | None = None) -> list[float]:
-        return list(self.vector)
+def _given(mapping: dict[str, Any], key: str, default: Any) -> Any:
+    """A scenario field; missing or null means the SCENARIOS.md default."""
+    value = mapping.get(key)
+    return default if value is None else value
 
 
 # ---- building the memory -------------------------------------------------------------
@@ -249,21 +107,24 @@ class _ScenarioEmbedder:
 
 def _memory_config(config: dict[str, Any], workdir: Path, client: Any) -> dict[str, Any]:
     """The scenario config as a `Memory.from_config` dict, every store inside `workdir`."""
-    mspr = copy.deepcopy(config.get("mspr", {}))
-    intent = mspr.get("intent", {})
-    if intent.get("strategy", "regex") != "regex":
+    mspr = copy.deepcopy(_given(config, "mspr", {}))
+    intent = _given(mspr, "intent", {})
+    if _given(intent, "strategy", "regex") != "regex":
         raise ValueError(
             f"config.mspr.intent.strategy must be 'regex', got {intent['strategy']!r}: "
             "the other strategies ask an LLM, which a scenario cannot describe"
         )
-    mspr["role"] = {k: v for k, v in mspr.get("role", {}).items() if k not in _POLICY_KEYS}
-    mspr["feedback"] = {**mspr.get("feedback", {}), "sqlite_path": str(workdir / "feedback.db")}
-    mspr["success"] = {**mspr.get("success", {}), "sqlite_path": str(workdir / "success.db")}
+    role = _given(mspr, "role", {})
+    mspr["role"] = {k: v for k, v in role.items() if k not in _POLICY_KEYS}
+    mspr["feedback"] = {**_given(mspr, "feedback", {}), "sqlite_path": str(workdir / "feedback.db")}
+    mspr["success"] = {**_given(mspr, "success", {}), "sqlite_path": str(workdir / "success.db")}
     return {
         "vector_store": {
             "provider": "qdrant",
-            "config": {"client": client, "collection_name": "msprlab", "embedding_model_dims":
-                       _STORE_DIMS},
+            "config": {
+                "client": client, "collection_name": "msprlab",
+                "embedding_model_dims": STORE_DIMS,
+            },
         },
         # Built by the library and replaced by the stand-in right after; the key is never sent.
         "embedder": {"provider": "openai", "config": {"api_key": "unused"}},
@@ -274,9 +135,9 @@ def _memory_config(config: dict[str, Any], workdir: Path, client: Any) -> dict[s
             "backend": "networkx",
             # Never written (Memory does not snapshot); it places the change log in workdir.
             "persist_path": str(workdir / "context_graph.pkl"),
-            "log_changes": bool(config.get("log_changes", False)),
-            "decay": {"enabled": False, **config.get("decay", {})},
-            "retrieval": dict(config.get("retrieval", {})),
+            "log_changes": bool(_given(config, "log_changes", False)),
+            "decay": {"enabled": False, **_given(config, "decay", {})},
+            "retrieval": dict(_given(config, "retrieval", {})),
         },
         "mspr": mspr,
     }
@@ -284,14 +145,14 @@ def _memory_config(config: dict[str, Any], workdir: Path, client: Any) -> dict[s
 
 def _role_policy(lib: _Library, role: dict[str, Any]) -> Any:
     """The bundled policy that `config.mspr.role.policy` names, or None."""
-    name = role.get("policy", "none")
+    name = _given(role, "policy", "none")
     tenant = functools.partial(
         lib.role.TenantIsolationPolicy,
-        treat_global_as_visible=role.get("treat_global_as_visible", True),
+        treat_global_as_visible=_given(role, "treat_global_as_visible", True),
     )
     scope = functools.partial(
         lib.role.RoleScopePolicy,
-        treat_unrestricted_as_visible=role.get("treat_unrestricted_as_visible", True),
+        treat_unrestricted_as_visible=_given(role, "treat_unrestricted_as_visible", True),
     )
     builders: dict[str, Callable[[], Any]] = {
         "none": lambda: None,
@@ -307,9 +168,9 @@ def _role_policy(lib: _Library, role: dict[str, Any]) -> Any:
 
 def _payload(memory: dict[str, Any], now: datetime) -> dict[str, Any]:
     """The vector-store payload `Memory.add` would have stored for this memory."""
-    text = memory.get("text", "")
-    created = _parse_time(memory["created_at"]) if memory.get("created_at") else now
-    updated = _parse_time(memory["updated_at"]) if memory.get("updated_at") else created
+    text = memory.get("text") or ""
+    created = parse_time(memory["created_at"]) if memory.get("created_at") else now
+    updated = parse_time(memory["updated_at"]) if memory.get("updated_at") else created
     payload = dict(memory.get("metadata") or {})
     for key in ("tenant_id", "sub_tenant_id", "role", "allowed_roles"):
         if memory.get(key) is not None:
@@ -326,8 +187,8 @@ def _payload(memory: dict[str, Any], now: datetime) -> dict[str, Any]:
     return payload
 
 
-def _add_node(graph: Any, clock: _Clock, memory: dict[str, Any], payload: dict[str, Any]) -> None:
-    created = _parse_time(payload["created_at"])
+def _add_node(graph: Any, clock: Clock, memory: dict[str, Any], payload: dict[str, Any]) -> None:
+    created = parse_time(payload["created_at"])
     with clock.at(created):
         node = graph.upsert_memory_node(
             memory["id"],
@@ -338,20 +199,20 @@ def _add_node(graph: Any, clock: _Clock, memory: dict[str, Any], payload: dict[s
             metadata=payload,
             embedding=memory.get("embedding"),
         )
-    node.updated_at = _parse_time(payload["updated_at"])
+    node.updated_at = parse_time(payload["updated_at"])
     accessed = memory.get("last_accessed_at")
-    node.last_accessed_at = _parse_time(accessed) if accessed else None
-    node.relevance = float(memory.get("relevance", 1.0))
-    node.relevance_floor = float(memory.get("relevance_floor", 0.0))
-    node.access_count = int(memory.get("access_count", 0))
+    node.last_accessed_at = parse_time(accessed) if accessed else None
+    node.relevance = float(_given(memory, "relevance", 1.0))
+    node.relevance_floor = float(_given(memory, "relevance_floor", 0.0))
+    node.access_count = int(_given(memory, "access_count", 0))
     graph.backend.upsert_node(node)
-    if memory.get("archived", False):
+    if _given(memory, "archived", False):
         graph.archive_memory_node(memory["id"])
 
 
-def _add_edge(lib: _Library, graph: Any, clock: _Clock, edge: dict[str, Any]) -> None:
+def _add_edge(lib: _Library, graph: Any, clock: Clock, edge: dict[str, Any]) -> None:
     # upsert_edge stamps created_at/updated_at with the clock, so freeze it at updated_at.
-    stamped = _parse_time(edge["updated_at"]) if edge.get("updated_at") else clock.now
+    stamped = parse_time(edge["updated_at"]) if edge.get("updated_at") else clock.now
     with clock.at(stamped):
         graph.upsert_edge(
             edge["src"], edge["dst"], lib.types.EdgeType(edge["type"]), weight=edge["weight"]
@@ -364,16 +225,17 @@ def _validate(scenario: dict[str, Any]) -> None:
             f"scenario {scenario.get('name')!r}: format must be {SCENARIO_FORMAT!r}, "
             f"got {scenario.get('format')!r}"
         )
-    ids = [m["id"] for m in scenario.get("memories", [])]
+    ids = [m["id"] for m in _given(scenario, "memories", [])]
     if len(ids) != len(set(ids)):
         duplicated = sorted({i for i in ids if ids.count(i) > 1})
         raise ValueError(f"scenario {scenario.get('name')!r}: duplicate memory ids {duplicated}")
-    stored = {m["id"] for m in scenario.get("memories", []) if m.get("in_vector_store", True)}
-    for index, event in enumerate(scenario.get("events", [])):
+    stored = {m["id"] for m in _given(scenario, "memories", [])
+              if _given(m, "in_vector_store", True)}
+    for index, event in enumerate(_given(scenario, "events", [])):
         if event.get("type") not in ("search", "feedback"):
             raise ValueError(f"event {index}: type must be 'search' or 'feedback', "
                              f"got {event.get('type')!r}")
-        bad = [s.get("id") for s in event.get("seeds", []) if s.get("id") not in stored]
+        bad = [s.get("id") for s in _given(event, "seeds", []) if s.get("id") not in stored]
         if bad:
             raise ValueError(f"event {index}: seeds {bad} are not in_vector_store memories")
 
@@ -399,11 +261,11 @@ class _Run:
     """One scenario in flight: the library's Memory plus the stand-ins feeding it."""
 
     memory: Any
-    store: _ScenarioVectorStore
-    embedder: _ScenarioEmbedder
+    store: ScenarioVectorStore
+    embedder: ScenarioEmbedder
 
     def search(self, event: dict[str, Any], *, with_subgraph: bool) -> dict[str, Any]:
-        self.store.seeds = list(event.get("seeds", []))
+        self.store.seeds = list(_given(event, "seeds", []))
         self.embedder.vector = list(event["query_embedding"])
         try:
             found = self.memory.search(
@@ -411,10 +273,10 @@ class _Run:
                 user_id=event.get("user_id"),
                 agent_id=event.get("agent_id"),
                 run_id=event.get("run_id"),
-                limit=event.get("limit", 100),
+                limit=_given(event, "limit", 100),
                 filters=copy.deepcopy(event.get("filters")),
                 threshold=event.get("threshold"),
-                include_archived=event.get("include_archived", False),
+                include_archived=_given(event, "include_archived", False),
             )
         except Exception as exc:  # the library raised: that is the recorded outcome
             return {"type": "search", "error": f"{type(exc).__name__}: {exc}"}
@@ -499,36 +361,36 @@ def _scratch_root() -> str | None:
 
 
 def _build_run(
-    lib: _Library, scenario: dict[str, Any], workdir: Path, clock: _Clock, client: Any
+    lib: _Library, scenario: dict[str, Any], workdir: Path, clock: Clock, client: Any
 ) -> _Run:
     """The library's Memory with the stand-ins plugged in and the scenario state built."""
-    config = scenario.get("config", {})
+    config = _given(scenario, "config", {})
     memory = lib.main.Memory.from_config(_memory_config(config, workdir, client))
-    memories = scenario.get("memories", [])
+    memories = _given(scenario, "memories", [])
     payloads = {m["id"]: _payload(m, clock.now) for m in memories}
-    stored = {m["id"] for m in memories if m.get("in_vector_store", True)}
-    store = _ScenarioVectorStore({i: p for i, p in payloads.items() if i in stored})
-    embedder = _ScenarioEmbedder()
+    stored = {m["id"] for m in memories if _given(m, "in_vector_store", True)}
+    store = ScenarioVectorStore({i: p for i, p in payloads.items() if i in stored})
+    embedder = ScenarioEmbedder()
     memory.vector_store = store
     memory.embedding_model = embedder
-    memory.set_role_policy(_role_policy(lib, config.get("mspr", {}).get("role", {})))
+    memory.set_role_policy(_role_policy(lib, _given(_given(config, "mspr", {}), "role", {})))
     graph = memory.context_graph
     for m in memories:
-        if m.get("in_graph", True):
+        if _given(m, "in_graph", True):
             _add_node(graph, clock, m, payloads[m["id"]])
-    for edge in scenario.get("edges", []):
+    for edge in _given(scenario, "edges", []):
         _add_edge(lib, graph, clock, edge)
     return _Run(memory, store, embedder)
 
 
 def _replay(
-    run: _Run, events: list[dict[str, Any]], clock: _Clock, log: _SwallowedLog,
+    run: _Run, events: list[dict[str, Any]], clock: Clock, log: SwallowedLog,
     with_subgraph: bool,
 ) -> list[dict[str, Any]]:
     records = []
     for index, event in enumerate(events):
         if event.get("at"):
-            clock.now = _parse_time(event["at"])
+            clock.now = parse_time(event["at"])
         if event["type"] == "search":
             record = run.search(event, with_subgraph=with_subgraph)
         else:
@@ -559,17 +421,19 @@ def run_scenario_with_contextkit(
     lib = _library()
     from qdrant_client import QdrantClient  # a dependency of the library
 
-    clock = _Clock(_parse_time(scenario.get("now") or DEFAULT_NOW))
+    clock = Clock(parse_time(scenario.get("now") or DEFAULT_NOW))
+    session = library_session(
+        facade=lib.facade, backends=lib.backends, telemetry=lib.telemetry, clock=clock)
+    scratch = tempfile.TemporaryDirectory(prefix="msprlab-ck-", dir=_scratch_root())
     # The library builds its own vector store from the config; it only ever holds the
     # telemetry user id. The scenario's store is the stand-in.
     client = QdrantClient(":memory:")
     try:
-        with tempfile.TemporaryDirectory(prefix="msprlab-ck-", dir=_scratch_root()) as tmp, \
-                _library_session(lib, clock) as log:
+        with scratch as tmp, session as log:
             run = _build_run(lib, scenario, Path(tmp), clock, client)
             try:
                 log.take()  # what building the state logged belongs to no event
-                events = _replay(run, scenario.get("events", []), clock, log, with_subgraph)
+                events = _replay(run, _given(scenario, "events", []), clock, log, with_subgraph)
                 final_nodes = run.final_nodes()
             finally:
                 run.memory.close()

@@ -154,7 +154,7 @@ def _pair_rows(
 
     Returns the matched pairs, and why the orders differ when they cannot be matched.
     """
-    pairs = []
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for block in _tie_blocks([row["score"] for row in want], tie_tolerance):
         want_block = [want[i] for i in block]
         have_block = [have[i] for i in block]

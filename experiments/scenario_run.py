@@ -23,19 +23,17 @@ OUTPUT_FORMAT = "ck-mspr-oracle-output/1"
 
 
 def _payload(m: ScenarioMemory) -> dict[str, Any]:
-    """The vector-store row `Memory.add` would store for this memory."""
-    payload: dict[str, Any] = {
-        "data": m.text, "hash": hashlib.md5(m.text.encode("utf-8")).hexdigest(),
-        "created_at": m.created_at.isoformat(), "updated_at": m.updated_at.isoformat()}
-    for key in ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id"):
-        value = getattr(m, key)
-        if value is not None:
-            payload[key] = value
-    if m.has_role:
-        payload["role"] = m.role
-    if m.has_allowed_roles:
-        payload["allowed_roles"] = m.allowed_roles
-    payload.update(m.metadata)
+    """The vector-store row `Memory.add` would store: metadata keys first, then the tenant
+    and role tags, then truthy owner ids, then text, hash and times (later keys win)."""
+    payload: dict[str, Any] = dict(m.metadata)
+    for key in ("tenant_id", "sub_tenant_id", "role", "allowed_roles"):
+        if getattr(m, key) is not None:
+            payload[key] = getattr(m, key)
+    for key in ("user_id", "agent_id", "run_id"):
+        if getattr(m, key):
+            payload[key] = getattr(m, key)
+    payload.update(data=m.text, hash=hashlib.md5(m.text.encode("utf-8")).hexdigest(),
+                   created_at=m.created_at.isoformat(), updated_at=m.updated_at.isoformat())
     return payload
 
 
@@ -54,13 +52,11 @@ def build_state(scenario: Scenario) -> EngineState:
         graph.add_node(MemoryNode(
             id=m.id, hash=hashlib.sha256(m.text.encode("utf-8")).hexdigest(),
             created_at=m.created_at, updated_at=m.updated_at, relevance=m.relevance,
-            relevance_floor=m.relevance_floor, archived=m.archived, user_id=m.user_id,
-            agent_id=m.agent_id, run_id=m.run_id, last_accessed_at=m.last_accessed_at,
-            access_count=m.access_count,
-            tenant_id=m.tenant_id if m.tenant_id is not None else payload.get("tenant_id"),
-            sub_tenant_id=m.sub_tenant_id if m.sub_tenant_id is not None
-            else payload.get("sub_tenant_id"),
-            metadata=dict(payload)))
+            relevance_floor=m.relevance_floor, archived=m.archived,
+            user_id=payload.get("user_id"), agent_id=payload.get("agent_id"),
+            run_id=payload.get("run_id"), last_accessed_at=m.last_accessed_at,
+            access_count=m.access_count, tenant_id=payload.get("tenant_id"),
+            sub_tenant_id=payload.get("sub_tenant_id"), metadata=dict(payload)))
         if m.embedding is not None:
             graph.set_embedding(m.id, m.embedding)
     for e in scenario.edges:

@@ -1,0 +1,593 @@
+"""Feedback logs from judgments: a query stream replayed through a logging ranker.
+
+`simulate_log` turns a judged corpus (memories, embeddings, edges, queries, qrels) into an
+event log, in a closed loop through the engine:
+
+1. **Timeline.** Every memory is added at its `created_at` (a `memory_added` event; a
+   `memory_deleted` event at `deleted_at` archives it and removes it from the vector store).
+   An edge becomes live once it and both of its endpoints exist.
+2. **Query stream.** Each query is asked as a Poisson process from the moment it is
+   answerable (every memory judged relevant to it, its evidence, exists; a query without
+   evidence once its owner has a memory), at a rate proportional to its Zipf popularity
+   `rank ** -zipf_s` (ranks a seeded permutation of the queries); once every query is
+   answerable, searches come one per `mean_gap_seconds` on average. A search never starts
+   before the previous session has ended. People ask again: popular queries repeat, with
+   case and leading/trailing whitespace variants that `hash_query` folds together (inner
+   whitespace is never changed: the library would see another query).
+3. **Seeds.** `seeds_fn(query_id)` gives (memory id, score) pairs; ids not in the vector
+   store at that time are dropped. The default is the cosine between the query vector and
+   the embeddings of the memories in the query's owner scope (every non-null of user_id,
+   agent_id and run_id equal) that exist at that time, top 10, ties in memory order.
+4. **Search.** The engine's `search` runs on the state built so far; its results, cut to
+   `limit`, are the shown ranking (a `search` event).
+5. **Reaction.** The click model reads the graded relevance of each shown memory (0 when
+   unjudged) and draws clicks; the i-th click (top-down) is an `access` event 20 s x (i + 1)
+   after the search. The verdict model judges clicked memories: a `feedback` event 5 s after
+   its access, applied to the state with `record_feedback`, so later searches see it
+   (personal boost, relevance bump, success history).
+
+Access events carry the query_id of the search that showed the memory. Randomness comes
+from one `numpy.random.Generator` seeded by `seed`, so the same inputs give identical
+frames. Events at the same timestamp are ordered memory events first, then search,
+feedback, access; `seq` and `event_id` are both the position on that timeline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+from scipy import sparse
+
+from msprlab.engine import (
+    EngineConfig,
+    SearchError,
+    SearchRequest,
+    Seed,
+    archive,
+    new_state,
+    record_feedback,
+    search,
+)
+from msprlab.engine.config import as_dict
+from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
+from msprlab.engine.state import EngineState
+
+from .clicks import ClickModel, VerdictModel
+from .schema import EVENTS, Dataset
+
+__all__ = ["SeedsFn", "memory_events", "order_events", "simulate_log", "token_incidence"]
+
+SeedsFn = Callable[[str], Sequence[tuple[str, float]]]
+
+DEFAULT_SEEDS = 10
+CLICK_STEP_US = 20_000_000   # the i-th click of a session, 20 s x (i + 1) after the search
+VERDICT_DELAY_US = 5_000_000  # a verdict, 5 s after its access
+SESSION_GAP_US = 1_000_000    # the next search, at least 1 s after the previous session
+_EPOCH = datetime(1970, 1, 1)
+# Query text as typed again: same hash_query (strip + lower), different strings.
+_VARIANTS: tuple[Callable[[str], str], ...] = (
+    lambda q: q, str.lower, str.upper, lambda q: " " + q, lambda q: q + "  ",
+    lambda q: "\t" + q.lower() + " ")
+_VARIANT_P = (0.5, 0.1, 0.1, 0.1, 0.1, 0.1)
+_MEMORY_KINDS = ("memory_added", "memory_deleted")
+
+
+def _to_datetime(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=int(us))
+
+
+def _to_us(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def memory_events(memories: pl.DataFrame) -> pl.DataFrame:
+    """One `memory_added` per memory at created_at, one `memory_deleted` per deleted_at.
+
+    Columns of `schema.EVENTS`; `event_id` and `seq` are placeholders until `order_events`.
+    """
+    owners = ["memory_id", "user_id", "agent_id", "run_id"]
+    added = memories.select(pl.col("created_at").alias("ts"), *owners,
+                            kind=pl.lit("memory_added"))
+    deleted = memories.filter(pl.col("deleted_at").is_not_null()).select(
+        pl.col("deleted_at").alias("ts"), *owners, kind=pl.lit("memory_deleted"))
+    frame = pl.concat([added, deleted])
+    return _complete(frame)
+
+
+def _complete(frame: pl.DataFrame) -> pl.DataFrame:
+    """Cast to the events schema, adding the missing columns as nulls."""
+    return frame.with_columns(
+        [pl.lit(None).alias(c) for c in EVENTS if c not in frame.columns]).select(
+        [pl.col(c).cast(t) for c, t in EVENTS.items()])
+
+
+def order_events(events: pl.DataFrame) -> pl.DataFrame:
+    """Sort by (ts, kind in EVENT_KINDS order, previous order) and renumber seq/event_id."""
+    ordered = events.with_row_index("_order").sort(
+        [pl.col("ts"), pl.col("kind").to_physical(), pl.col("_order")])
+    n = ordered.height
+    return ordered.drop("_order").with_columns(
+        event_id=pl.int_range(n, dtype=pl.Int64), seq=pl.int_range(n, dtype=pl.Int64)
+    ).select(list(EVENTS))
+
+
+# ---- the corpus as arrays -----------------------------------------------------------------
+@dataclass(frozen=True)
+class _Corpus:
+    """Memories, owner scopes and query facts, as arrays indexed by row."""
+
+    memory_ids: list[str]
+    vectors: npt.NDArray[np.float64] | None      # (n_memories, dim), unit rows or zero
+    has_vector: npt.NDArray[np.bool_]
+    query_ids: list[str]
+    query_texts: list[str]
+    owners: list[tuple[str | None, str | None, str | None]]
+    scope_rows: list[npt.NDArray[np.int64]]     # per query: memory rows in its owner scope
+    answerable_us: npt.NDArray[np.float64]      # per query; inf when never answerable
+    grades: list[dict[str, int]]                # per query: memory id -> relevance
+
+
+def _single_embedder(embeddings: pl.DataFrame) -> pl.DataFrame:
+    names = embeddings["embedder"].unique().sort().to_list()
+    if len(names) > 1:
+        raise ValueError(f"embeddings hold vectors of {len(names)} embedders {names}; keep "
+                         "one: dataset.embeddings.filter(pl.col('embedder') == name)")
+    return embeddings
+
+
+def _corpus(ds: Dataset) -> _Corpus:
+    memories = ds.memories
+    ids = memories["memory_id"].to_list()
+    row_of = {m: i for i, m in enumerate(ids)}
+    if len(row_of) != len(ids):
+        raise ValueError("memories: memory_id must be unique")
+    vectors = None
+    has_vector = np.zeros(len(ids), dtype=bool)
+    embeddings = _single_embedder(ds.embeddings)
+    if embeddings.height:
+        rows = np.array([row_of.get(m, -1) for m in embeddings["memory_id"].to_list()])
+        if (rows < 0).any():
+            bad = embeddings["memory_id"][int(np.argmax(rows < 0))]
+            raise ValueError(f"embeddings: memory_id {bad!r} is not in memories")
+        matrix = _unit(np.asarray(embeddings["vector"].to_list(), dtype=np.float64))
+        vectors = np.zeros((len(ids), matrix.shape[1]))
+        vectors[rows] = matrix
+        has_vector[rows] = True
+    if memories["created_at"].null_count():
+        raise ValueError("memories: created_at must be set on every memory (the timeline "
+                         "adds a memory at its created_at)")
+    created = memories["created_at"].cast(pl.Int64).to_numpy()
+    owner_cols = [memories[c].to_numpy() for c in ("user_id", "agent_id", "run_id")]
+    queries = ds.queries
+    owners = list(zip(queries["user_id"].to_list(), queries["agent_id"].to_list(),
+                      queries["run_id"].to_list(), strict=True))
+    scopes: dict[tuple[str | None, str | None, str | None], npt.NDArray[np.int64]] = {}
+    for owner in dict.fromkeys(owners):
+        if owner == (None, None, None):
+            raise ValueError("queries: every query needs a user_id, agent_id or run_id "
+                             "(the library refuses a search without one)")
+        mask = np.ones(len(ids), dtype=bool)
+        for column, value in zip(owner_cols, owner, strict=True):
+            if value is not None:
+                mask &= column == value
+        scopes[owner] = np.flatnonzero(mask)
+    grades: dict[str, dict[str, int]] = {q: {} for q in queries["query_id"].to_list()}
+    evidence: dict[str, int] = {}
+    for qid, mid, rel in ds.qrels.select("query_id", "memory_id", "relevance").iter_rows():
+        if qid not in grades or mid not in row_of:
+            missing = f"query_id {qid!r}" if qid not in grades else f"memory_id {mid!r}"
+            raise ValueError(f"qrels: {missing} is not in the dataset (query {qid!r}, "
+                             f"memory {mid!r})")
+        grades[qid][mid] = int(rel)
+        if rel > 0:
+            evidence[qid] = max(evidence.get(qid, -(1 << 62)), int(created[row_of[mid]]))
+    answerable = np.full(queries.height, np.inf)
+    for i, (qid, owner) in enumerate(zip(queries["query_id"].to_list(), owners, strict=True)):
+        if qid in evidence:
+            answerable[i] = evidence[qid]
+        elif scopes[owner].size:
+            answerable[i] = created[scopes[owner]].min()
+    return _Corpus(ids, vectors, has_vector, queries["query_id"].to_list(),
+                   queries["text"].to_list(), owners, [scopes[o] for o in owners],
+                   answerable, [grades[q] for q in queries["query_id"].to_list()])
+
+
+def token_incidence(texts: pl.Series) -> sparse.csr_matrix:
+    """(n_texts, n_tokens) 0/1 incidence of the lower-cased `\\w+` tokens of each text (the
+    engine's lexical tokens); columns are the distinct tokens in sorted order."""
+    found = (pl.DataFrame({"row": np.arange(texts.len()),
+                           "token": texts.fill_null("").str.extract_all(r"\w+")})
+             .explode("token").drop_nulls()
+             .with_columns(pl.col("token").str.to_lowercase()).unique()
+             .with_columns(column=pl.col("token").rank("dense") - 1))
+    return sparse.csr_matrix(
+        (np.ones(found.height), (found["row"].to_numpy(), found["column"].to_numpy())),
+        shape=(texts.len(), int(found.select(pl.col("column").max()).item() or 0) + 1))
+
+
+def _unit(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Rows scaled to unit L2 norm; zero rows stay zero."""
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    out: npt.NDArray[np.float64] = np.divide(rows, norms, out=np.zeros_like(rows),
+                                             where=norms > 0)
+    return out
+
+
+def _project_queries(ds: Dataset, corpus: _Corpus) -> npt.NDArray[np.float64]:
+    """Query vectors in the memories' embedding space, from the query text alone (no qrels).
+
+    Each token gets the mean embedding of the memories whose text holds it; a query is the
+    idf-weighted sum of its tokens' vectors, normalised (zero when it shares no token with
+    any memory). A stand-in that needs neither the embedder nor a model: pass
+    `query_vectors` to embed queries as the corpus was embedded.
+    """
+    assert corpus.vectors is not None
+    n_memories = ds.memories.height
+    tokens = token_incidence(pl.concat([ds.memories["text"], ds.queries["text"]]))
+    in_memories = tokens[:n_memories][corpus.has_vector]
+    frequency = np.asarray(in_memories.sum(axis=0)).ravel()
+    idf = np.log((1.0 + in_memories.shape[0]) / (1.0 + frequency)) + 1.0
+    weight = np.divide(idf, frequency, out=np.zeros_like(idf), where=frequency > 0)
+    token_vectors = sparse.diags(weight) @ (in_memories.T @ corpus.vectors[corpus.has_vector])
+    return _unit(np.asarray(tokens[n_memories:] @ token_vectors, dtype=np.float64))
+
+
+# ---- the engine state on the timeline -----------------------------------------------------
+def _payload(row: dict[str, Any]) -> dict[str, Any]:
+    """The vector-store row `Memory.add` stores: core fields, owner ids, metadata flat."""
+    text = row["text"] or ""
+    created: datetime = row["created_at"]
+    updated: datetime = row["updated_at"] or created
+    payload: dict[str, Any] = {
+        "data": text, "hash": hashlib.md5(text.encode("utf-8")).hexdigest(),
+        "created_at": created.isoformat(), "updated_at": updated.isoformat()}
+    for key in ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id", "role"):
+        if row[key] is not None:
+            payload[key] = row[key]
+    if row["allowed_roles"] is not None:
+        payload["allowed_roles"] = list(row["allowed_roles"])
+    if row["metadata"]:
+        extra = json.loads(row["metadata"])
+        if not isinstance(extra, dict):
+            raise ValueError(f"memories: metadata of {row['memory_id']!r} is not a JSON object")
+        payload.update(extra)
+    return payload
+
+
+class _Timeline:
+    """Memory additions, edges and deletions, applied to the state in time order."""
+
+    def __init__(self, ds: Dataset, corpus: _Corpus, state: EngineState) -> None:
+        self.state = state
+        self.corpus = corpus
+        self.seedable = np.zeros(len(corpus.memory_ids), dtype=bool)
+        self.rows = ds.memories.to_dicts()
+        created = ds.memories["created_at"].cast(pl.Int64).to_numpy()
+        row_of = {m: i for i, m in enumerate(corpus.memory_ids)}
+        self.edges = ds.edges.to_dicts()
+        # (time, phase, index): additions, then edges, then deletions at equal times.
+        ops: list[tuple[int, int, int]] = [(int(t), 0, i) for i, t in enumerate(created)]
+        for j, edge in enumerate(self.edges):
+            ends = [row_of.get(edge["src"]), row_of.get(edge["dst"])]
+            if None in ends:
+                raise ValueError(f"edges: row {j} joins {edge['src']!r} -> {edge['dst']!r}, "
+                                 "which is not a memory")
+            if edge["type"] not in EdgeType.__members__:
+                raise ValueError(f"edges: row {j} has type {edge['type']!r}; known: "
+                                 f"{', '.join(EdgeType.__members__)}")
+            own = _to_us(edge["created_at"]) if edge["created_at"] is not None else 0
+            ops.append((max(own, *(int(created[e]) for e in ends if e is not None)), 1, j))
+        deleted = ds.memories["deleted_at"].cast(pl.Int64).to_list()
+        ops += [(t, 2, i) for i, t in enumerate(deleted) if t is not None]
+        ops.sort()
+        self.ops = ops
+        self.next = 0
+
+    def advance(self, until_us: int) -> None:
+        """Apply every pending operation at or before `until_us`."""
+        graph = self.state.graph
+        while self.next < len(self.ops) and self.ops[self.next][0] <= until_us:
+            at, phase, index = self.ops[self.next]
+            self.next += 1
+            if phase == 0:
+                self._add(index)
+            elif phase == 1:
+                edge = self.edges[index]
+                moment = _to_datetime(at)
+                graph.upsert_edge(MemoryEdge(
+                    src=edge["src"], dst=edge["dst"], type=EdgeType(edge["type"]),
+                    weight=max(0.0, min(1.0, float(edge["weight"]))), created_at=moment,
+                    updated_at=moment, evidence=edge["evidence"]))
+            else:
+                memory_id = self.corpus.memory_ids[index]
+                archive(graph, memory_id)
+                self.state.payloads.pop(memory_id, None)
+                self.seedable[index] = False
+
+    def _add(self, index: int) -> None:
+        row = self.rows[index]
+        payload = _payload(row)
+        memory_id = row["memory_id"]
+        self.state.payloads[memory_id] = payload
+        self.state.graph.add_node(MemoryNode(
+            id=memory_id, hash=hashlib.sha256(payload["data"].encode("utf-8")).hexdigest(),
+            created_at=row["created_at"], updated_at=row["updated_at"] or row["created_at"],
+            user_id=row["user_id"], agent_id=row["agent_id"], run_id=row["run_id"],
+            tenant_id=row["tenant_id"], sub_tenant_id=row["sub_tenant_id"],
+            metadata=dict(payload)))
+        if self.corpus.vectors is not None and self.corpus.has_vector[index]:
+            self.state.graph.set_embedding(memory_id, self.corpus.vectors[index].tolist())
+            self.seedable[index] = True
+
+
+def _owner_cosine_seeds(corpus: _Corpus, timeline: _Timeline, query: int,
+                        vector: npt.NDArray[np.float64]) -> list[Seed]:
+    assert corpus.vectors is not None
+    rows = corpus.scope_rows[query]
+    rows = rows[timeline.seedable[rows]]
+    if rows.size == 0:
+        return []
+    scores = corpus.vectors[rows] @ vector
+    top = np.argsort(-scores, kind="stable")[:DEFAULT_SEEDS]
+    return [Seed(corpus.memory_ids[rows[i]], float(scores[i])) for i in top]
+
+
+# ---- the query stream ---------------------------------------------------------------------
+def _draw_stream(rng: np.random.Generator, answerable_us: npt.NDArray[np.float64],
+                 n_searches: int, zipf_s: float, start_us: int,
+                 mean_gap_seconds: float) -> tuple[npt.NDArray[np.int64],
+                                                   npt.NDArray[np.int64]]:
+    """Query rows and earliest times of the searches.
+
+    Each query is asked as a Poisson process of rate proportional to its Zipf weight from
+    the moment it is answerable; the total rate, once every query is, is one search per
+    `mean_gap_seconds`. Drawn by thinning: a Poisson stream of that total rate whose k-th
+    draw picks a query by weight and is kept when that query is answerable by then.
+    """
+    n_queries = answerable_us.size
+    popularity = (rng.permutation(n_queries) + 1.0) ** -zipf_s
+    share = popularity / popularity.sum()
+    picks: list[npt.NDArray[np.int64]] = []
+    times: list[npt.NDArray[np.float64]] = []
+    clock, kept = float(start_us), 0
+    while kept < n_searches:
+        size = max(1024, 2 * (n_searches - kept))
+        moments = clock + np.cumsum(rng.exponential(mean_gap_seconds * 1e6, size=size))
+        drawn = rng.choice(n_queries, size=size, p=share)
+        open_ = answerable_us[drawn] <= moments
+        picks.append(drawn[open_])
+        times.append(moments[open_])
+        kept += int(open_.sum())
+        clock = float(moments[-1])
+    return (np.concatenate(picks)[:n_searches].astype(np.int64),
+            np.floor(np.concatenate(times)[:n_searches]).astype(np.int64))
+
+
+def _check(name: str, ok: bool, rule: str, value: object) -> None:
+    if not ok:
+        raise ValueError(f"simulate_log: `{rule}` must hold, but got {name}={value!r}")
+
+
+def simulate_log(
+    dataset: Dataset, *, logging_config: EngineConfig, click_model: ClickModel,
+    n_searches: int, seed: int, verdict_model: VerdictModel | None = None,
+    zipf_s: float = 1.1, start: datetime | None = None, mean_gap_seconds: float = 3600.0,
+    limit: int = 10, seeds_fn: SeedsFn | None = None,
+    query_vectors: npt.ArrayLike | None = None,
+) -> Dataset:
+    """Replay a Zipf query stream through the logging ranker; return the corpus plus the log.
+
+    Parameters
+    ----------
+    dataset : Dataset
+        memories, embeddings (one embedder), edges, queries and qrels. Its events may hold
+        memory events only; they are kept as they are, while the engine state follows the
+        memories' created_at and deleted_at (text updates are not replayed).
+    logging_config : EngineConfig
+        The ranker that produced the log (the "logging policy").
+    click_model, verdict_model : how users react (`msprlab.datasets.clicks`); the verdict
+        model defaults to `VerdictModel()`.
+    n_searches, seed, zipf_s, start, mean_gap_seconds, limit : the stream (module docstring).
+        `start` defaults to the first moment a query is answerable.
+    seeds_fn : query_id -> [(memory_id, score)], optional; default owner-scoped cosine.
+    query_vectors : array, shape (n_queries, dim), optional
+        Query embeddings aligned with `dataset.queries` rows (e.g.
+        `embedder.embed(ds.queries["text"].to_list())`); by default projected from the text
+        (`_project_queries`).
+
+    Returns
+    -------
+    Dataset
+        The input tables and an events table: memory events merged with the new search,
+        access and feedback events, `event_id` dense in (ts, seq) order.
+    """
+    verdicts = VerdictModel() if verdict_model is None else verdict_model
+    _check("n_searches", _is_int(n_searches) and n_searches >= 1, "n_searches >= 1",
+           n_searches)
+    _check("zipf_s", _is_number(zipf_s) and zipf_s >= 0, "zipf_s >= 0", zipf_s)
+    _check("mean_gap_seconds", _is_number(mean_gap_seconds) and mean_gap_seconds > 0,
+           "mean_gap_seconds > 0", mean_gap_seconds)
+    _check("limit", _is_int(limit) and limit >= 1, "limit >= 1", limit)
+    logged = dataset.events.filter(~pl.col("kind").cast(pl.String).str.starts_with("memory_"))
+    if logged.height:
+        raise ValueError(f"simulate_log: the dataset already holds {logged.height} search, "
+                         "feedback or access events; pass a corpus without a log")
+    top = int(dataset.qrels.select(pl.col("relevance").max()).item() or 0)
+    if top > min(click_model.max_grade, verdicts.max_grade):
+        raise ValueError(f"simulate_log: qrels hold grade {top}, but the click model reads "
+                         f"grades up to {click_model.max_grade} and the verdict model up to "
+                         f"{verdicts.max_grade}; set max_grade / p_helpful to cover it")
+    corpus = _corpus(dataset)
+    if seeds_fn is None and corpus.vectors is None:
+        raise ValueError("simulate_log: the dataset has no embeddings, so the default seeds "
+                         "(owner-scoped cosine) cannot run; embed the memories or pass seeds_fn")
+    vectors = _query_vectors(dataset, corpus, query_vectors)
+    first = float(corpus.answerable_us.min()) if corpus.answerable_us.size else np.inf
+    if not np.isfinite(first):
+        raise ValueError("simulate_log: no query is ever answerable (no query has an owner "
+                         "with memories)")
+    start_us = int(first) if start is None else _to_us(start)
+    if start_us < first:
+        raise ValueError(f"simulate_log: start {start} is before the first answerable query "
+                         f"({_to_datetime(int(first))}); pass a later start or None")
+
+    rng = np.random.default_rng(seed)
+    picks, times = _draw_stream(rng, corpus.answerable_us, n_searches, float(zipf_s),
+                                start_us, float(mean_gap_seconds))
+    variants = rng.choice(len(_VARIANTS), size=n_searches, p=_VARIANT_P)
+    users = _Users(click_model, verdicts, rng)
+    log = _replay(dataset, corpus, new_state(logging_config), vectors, seeds_fn, users,
+                  [(int(q), int(t), int(v)) for q, t, v in zip(picks, times, variants,
+                                                                strict=True)], limit)
+    kept = dataset.events.select(list(EVENTS))
+    if kept.height == 0:
+        kept = memory_events(dataset.memories)
+    events = order_events(pl.concat([kept, log.frame()]))
+    digest = _digest(dataset, logging_config, click_model, verdicts, seeds_fn, query_vectors,
+                     n_searches=n_searches, seed=seed, zipf_s=zipf_s, start_us=start_us,
+                     mean_gap_seconds=mean_gap_seconds, limit=limit)
+    return Dataset(source=f"{dataset.source}+clicks", version=f"{dataset.version}+clicks/1",
+                   digest=digest, memories=dataset.memories, embeddings=dataset.embeddings,
+                   edges=dataset.edges, events=events, queries=dataset.queries,
+                   qrels=dataset.qrels)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and np.isfinite(float(value)))
+
+
+def _query_vectors(ds: Dataset, corpus: _Corpus, given: npt.ArrayLike | None,
+                   ) -> npt.NDArray[np.float64] | None:
+    """Unit query vectors (n_queries, dim): the given ones, projected ones, or None."""
+    if given is None:
+        return None if corpus.vectors is None else _project_queries(ds, corpus)
+    vectors = np.asarray(given, dtype=np.float64)
+    dim = None if corpus.vectors is None else corpus.vectors.shape[1]
+    if vectors.ndim != 2 or vectors.shape[0] != len(corpus.query_ids) or (
+            dim is not None and vectors.shape[1] != dim):
+        raise ValueError(f"simulate_log: query_vectors has shape {vectors.shape}, expected "
+                         f"({len(corpus.query_ids)}, {dim or 'dim'}): one row per query")
+    return _unit(vectors)
+
+
+@dataclass(frozen=True)
+class _Users:
+    """The simulated users: clicks, then verdicts, drawn from one generator."""
+
+    clicks: ClickModel
+    verdicts: VerdictModel
+    rng: np.random.Generator
+
+    def react(self, grades: npt.NDArray[np.int64]) -> tuple[list[int], list[bool | None]]:
+        """Clicked ranks (0-based, top-down) and each click's verdict (None: not judged)."""
+        clicked = np.flatnonzero(self.clicks.simulate(grades[None, :], self.rng)[0])
+        judged, helpful = self.verdicts.sample(grades[clicked], self.rng)
+        return clicked.tolist(), [bool(h) if j else None
+                                  for j, h in zip(judged, helpful, strict=True)]
+
+
+def _replay(ds: Dataset, corpus: _Corpus, state: EngineState,
+            vectors: npt.NDArray[np.float64] | None, seeds_fn: SeedsFn | None,
+            users: _Users, stream: list[tuple[int, int, int]], limit: int) -> _Log:
+    """The closed loop: (query row, earliest time, variant) per search, in order."""
+    timeline = _Timeline(ds, corpus, state)
+    embeddings = None if vectors is None else [tuple(v.tolist()) for v in vectors]
+    log = _Log()
+    previous_end = -(1 << 62)
+    for k, (q, earliest, variant) in enumerate(stream):
+        at = max(earliest, previous_end + SESSION_GAP_US)
+        timeline.advance(at)
+        qid = corpus.query_ids[q]
+        text = _VARIANTS[variant](corpus.query_texts[q])
+        user, agent, run = corpus.owners[q]
+        if seeds_fn is None:
+            assert vectors is not None
+            seeds = _owner_cosine_seeds(corpus, timeline, q, vectors[q])
+        else:
+            seeds = [Seed(m, float(s)) for m, s in seeds_fn(qid) if m in state.payloads]
+        request = SearchRequest(query=text, seeds=seeds, user_id=user, agent_id=agent,
+                                run_id=run, limit=limit,
+                                query_embedding=None if embeddings is None else embeddings[q])
+        try:
+            outcome = search(state, request, now=_to_datetime(at))
+        except SearchError as exc:
+            raise ValueError(f"simulate_log: search {k} (query {qid!r}) failed: {exc}") from exc
+        shown = [c.id for c in outcome.results[:limit]]
+        log.search(at, qid, text, user, agent, run, limit, shown)
+        previous_end = at
+        if not shown:
+            continue
+        grades = np.array([corpus.grades[q].get(m, 0) for m in shown], dtype=np.int64)
+        clicked, verdicts = users.react(grades)
+        for i, (rank, helpful) in enumerate(zip(clicked, verdicts, strict=True)):
+            memory_id = shown[rank]
+            previous_end = access_at = at + CLICK_STEP_US * (i + 1)
+            log.access(access_at, qid, memory_id, user, agent, run)
+            if helpful is None:
+                continue
+            previous_end = verdict_at = access_at + VERDICT_DELAY_US
+            log.feedback(verdict_at, qid, text, memory_id, user, agent, run, helpful)
+            record_feedback(state, memory_id, helpful=helpful, now=_to_datetime(verdict_at),
+                            user_id=user, agent_id=agent, run_id=run, query=text)
+    return log
+
+
+class _Log:
+    """The new events, column by column."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {c: [] for c in (
+            "ts", "kind", "memory_id", "query_id", "user_id", "agent_id", "run_id", "query",
+            "filters", "limit", "shown", "helpful")}
+
+    def _row(self, **values: Any) -> None:
+        for name, column in self.columns.items():
+            column.append(values.get(name))
+
+    def search(self, at: int, qid: str, text: str, user: str | None, agent: str | None,
+               run: str | None, limit: int, shown: list[str]) -> None:
+        self._row(ts=at, kind="search", query_id=qid, query=text, user_id=user,
+                  agent_id=agent, run_id=run, filters="{}", limit=limit, shown=shown)
+
+    def access(self, at: int, qid: str, memory_id: str, user: str | None, agent: str | None,
+               run: str | None) -> None:
+        self._row(ts=at, kind="access", query_id=qid, memory_id=memory_id, user_id=user,
+                  agent_id=agent, run_id=run)
+
+    def feedback(self, at: int, qid: str, text: str, memory_id: str, user: str | None,
+                 agent: str | None, run: str | None, helpful: bool) -> None:
+        self._row(ts=at, kind="feedback", query_id=qid, query=text, memory_id=memory_id,
+                  user_id=user, agent_id=agent, run_id=run, helpful=helpful)
+
+    def frame(self) -> pl.DataFrame:
+        schema = {c: EVENTS[c] for c in self.columns if c != "ts"} | {"ts": pl.Int64}
+        frame = pl.DataFrame(self.columns, schema=schema)
+        return _complete(frame.with_columns(pl.col("ts").cast(pl.Datetime("us"))))
+
+
+def _digest(dataset: Dataset, config: EngineConfig, click_model: ClickModel,
+            verdicts: VerdictModel, seeds_fn: SeedsFn | None,
+            query_vectors: npt.ArrayLike | None, **stream: Any) -> str:
+    """sha256 of the input digest and every generator parameter."""
+    vectors = None
+    if query_vectors is not None:
+        raw = np.ascontiguousarray(np.asarray(query_vectors, dtype=np.float64))
+        vectors = hashlib.sha256(raw.tobytes()).hexdigest()
+    seeds = "owner-cosine" if seeds_fn is None else getattr(seeds_fn, "__qualname__", "custom")
+    spec = {"input": dataset.digest, "config": as_dict(config), "click_model": repr(click_model),
+            "verdict_model": repr(verdicts), "seeds_fn": seeds, "query_vectors": vectors,
+            **stream}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()

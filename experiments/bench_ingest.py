@@ -1,0 +1,222 @@
+"""Ingest benchmark: a generated log of 1M events, validated and written to a DuckDB store.
+
+`python -m msprlab.experiments.bench_ingest [--events N] [--keep PATH]` prints the time of
+each stage and the peak resident memory of the process (generation included). The target
+(issue 4) is under 60 s and under 2 GB for 1M events on this kind of machine.
+
+`generate` builds the dataset with NumPy and Polars only (no Python loop over rows) and
+fills every column of every table, nulls included, so it doubles as a round-trip fixture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from msprlab.datasets.schema import EDGES, EMBEDDINGS, EVENTS, MEMORIES, QRELS, QUERIES, Dataset
+from msprlab.datasets.store import ingest
+
+_WORDS = np.array([f"w{i}" for i in range(2000)])
+_START = np.datetime64(datetime(2024, 1, 1), "us")
+_DAY_US = 24 * 3600 * 1_000_000
+_YEAR_US = 365 * _DAY_US
+_ROLES = pl.Series([["user"], ["user", "admin"], None, []], dtype=pl.List(pl.String))
+
+
+def _texts(rng: np.random.Generator, n: int, words: int) -> pl.Series:
+    picks = _WORDS[rng.integers(0, len(_WORDS), (n, words))]
+    return pl.Series(picks.ravel()).reshape((n, words)).arr.join(" ")
+
+
+def _ids(prefix: str, index: np.ndarray) -> pl.Expr:
+    return pl.lit(prefix) + pl.lit(pl.Series(index, dtype=pl.Int64)).cast(pl.String).str.zfill(6)
+
+
+def _times(offsets_us: np.ndarray) -> pl.Series:
+    return pl.Series(_START + offsets_us.astype("timedelta64[us]"))
+
+
+def _nulls_where(mask: np.ndarray, expr: pl.Expr) -> pl.Expr:
+    return pl.when(pl.lit(pl.Series(mask))).then(None).otherwise(expr)
+
+
+def _memories(rng: np.random.Generator, n: int) -> pl.DataFrame:
+    created = np.sort(rng.integers(0, _YEAR_US // 2, n))
+    updated = np.where(rng.random(n) < 0.3, created + rng.integers(0, 30 * _DAY_US, n), -1)
+    deleted = np.where(rng.random(n) < 0.05, created + rng.integers(1, 60 * _DAY_US, n), -1)
+    users = rng.integers(0, 500, n)
+    frame = pl.DataFrame({"created_at": _times(created), "text": _texts(rng, n, 16)})
+    return frame.with_columns(
+        memory_id=_ids("m", np.arange(n)),
+        user_id=_ids("u", users),
+        agent_id=_nulls_where(rng.random(n) < 0.5, _ids("a", users % 7)),
+        run_id=_ids("r", users * 10 + rng.integers(0, 10, n)),
+        tenant_id=_ids("t", users % 4),
+        sub_tenant_id=_nulls_where(rng.random(n) < 0.8, _ids("s", users % 9)),
+        role=pl.lit(pl.Series(np.array(["user", "assistant", "admin"])[rng.integers(0, 3, n)])),
+        allowed_roles=pl.lit(_ROLES.gather(rng.integers(0, len(_ROLES), n))),
+        metadata=_nulls_where(rng.random(n) < 0.2, pl.concat_str(
+            pl.lit('{"topic": "t'), pl.lit(pl.Series(rng.integers(0, 50, n))).cast(pl.String),
+            pl.lit('"}'))),
+        updated_at=_nulls_where(updated < 0, pl.lit(_times(np.maximum(updated, 0)))),
+        deleted_at=_nulls_where(deleted < 0, pl.lit(_times(np.maximum(deleted, 0)))),
+    ).select(MEMORIES.names()).cast(dict(MEMORIES.items()))
+
+
+def _memory_events(memories: pl.DataFrame) -> pl.DataFrame:
+    own = ("memory_id", "user_id", "agent_id", "run_id")
+    parts = [memories.select(*own, ts=column, kind=pl.lit(kind)).drop_nulls("ts")
+             for column, kind in (("created_at", "memory_added"), ("updated_at", "memory_updated"),
+                                  ("deleted_at", "memory_deleted"))]
+    return pl.concat(parts)
+
+
+def _log_events(rng: np.random.Generator, n: int, queries: pl.DataFrame, n_memories: int,
+                shown: int) -> pl.DataFrame:
+    kinds = np.array(["search", "feedback", "access"])[rng.choice(3, n, p=[0.5, 0.25, 0.25])]
+    q = (rng.zipf(1.3, n) - 1) % queries.height  # people ask again: Zipf popularity
+    picks = rng.integers(0, n_memories, (n, shown))
+    search, feedback = kinds == "search", kinds == "feedback"
+    asked = queries[q]
+    shown_ids = (pl.lit("m") + pl.Series(picks.ravel()).cast(pl.String).str.zfill(6))
+    shown_lists = (pl.select(shown_ids).to_series().reshape((n, shown))
+                   .cast(pl.List(pl.String)))
+    frame = pl.DataFrame({"ts": _times(rng.integers(0, _YEAR_US, n)), "kind": kinds})
+    return frame.with_columns(
+        memory_id=_nulls_where(search, pl.lit(shown_lists).list.get(0)),
+        query_id=_nulls_where(~(search | feedback), pl.lit(asked["query_id"])),
+        user_id=pl.lit(asked["user_id"]),
+        query=_nulls_where(~(search | feedback), pl.lit(asked["text"])),
+        filters=_nulls_where(~search, pl.concat_str(pl.lit('{"user_id": "'),
+                                                    pl.lit(asked["user_id"]), pl.lit('"}'))),
+        limit=_nulls_where(~search, pl.lit(shown, dtype=pl.Int64)),
+        shown=_nulls_where(~search, pl.lit(shown_lists)),
+        helpful=_nulls_where(~feedback, pl.lit(pl.Series(rng.random(n) < 0.6))),
+    )
+
+
+def _events(rng: np.random.Generator, memories: pl.DataFrame, queries: pl.DataFrame,
+            n_events: int, shown: int) -> pl.DataFrame:
+    memory = _memory_events(memories)
+    log = _log_events(rng, n_events - memory.height, queries, memories.height, shown)
+    events = (pl.concat([memory, log], how="diagonal_relaxed")
+              .sort("ts", maintain_order=True)
+              .with_columns(event_id=pl.int_range(pl.len(), dtype=pl.Int64),
+                            seq=pl.int_range(pl.len(), dtype=pl.Int64)))
+    return events.with_columns(pl.lit(None, dtype=pl.String).alias(c) for c in EVENTS
+                               if c not in events.columns).select(EVENTS.names()).cast(
+        dict(EVENTS.items()))
+
+
+def _queries(rng: np.random.Generator, n: int) -> pl.DataFrame:
+    users = rng.integers(0, 500, n)
+    types = np.array(["multi-hop", "temporal", "open-domain", "single-hop", "adversarial"])
+    return pl.DataFrame({"text": _texts(rng, n, 8)}).with_columns(
+        query_id=_ids("q", np.arange(n)), user_id=_ids("u", users),
+        agent_id=_nulls_where(rng.random(n) < 0.5, _ids("a", users % 7)),
+        run_id=_nulls_where(rng.random(n) < 0.5, _ids("r", users * 10)),
+        question_type=_nulls_where(rng.random(n) < 0.1,
+                                   pl.lit(pl.Series(types[rng.integers(0, 5, n)]))),
+    ).select(QUERIES.names()).cast(dict(QUERIES.items()))
+
+
+def _qrels(rng: np.random.Generator, n_queries: int, n_memories: int, per: int) -> pl.DataFrame:
+    query = np.repeat(np.arange(n_queries), per)
+    base = rng.integers(0, n_memories, n_queries)
+    memory = (np.repeat(base, per) + np.tile(np.arange(per) * 97, n_queries)) % n_memories
+    return pl.DataFrame({"relevance": rng.integers(0, 4, n_queries * per)}).with_columns(
+        query_id=_ids("q", query), memory_id=_ids("m", memory),
+    ).select(QRELS.names()).cast(dict(QRELS.items()))
+
+
+def _edges(rng: np.random.Generator, memories: pl.DataFrame) -> pl.DataFrame:
+    n = memories.height
+    src = np.concatenate([np.arange(n - 1), np.arange(n)])
+    dst = np.concatenate([np.arange(1, n), (np.arange(n) * 31 + 7) % n])
+    kinds = np.repeat(np.array(["TEMPORAL_NEXT", "TOPIC_SIMILAR"]), [n - 1, n])
+    keep = src != dst
+    src, dst, kinds = src[keep], dst[keep], kinds[keep]
+    created = memories["created_at"].gather(np.maximum(src, dst))
+    return pl.DataFrame({"created_at": created, "type": kinds}).with_columns(
+        src=_ids("m", src), dst=_ids("m", dst),
+        weight=pl.lit(pl.Series(rng.random(len(src)))),
+        updated_at=pl.col("created_at") + pl.duration(days=pl.lit(pl.Series(
+            rng.integers(0, 5, len(src))))),
+        evidence=_nulls_where(rng.random(len(src)) < 0.7, pl.lit("synthetic")),
+    ).select(EDGES.names()).cast(dict(EDGES.items()))
+
+
+def _embeddings(rng: np.random.Generator, n: int, dim: int) -> pl.DataFrame:
+    vectors = rng.standard_normal((n, dim), dtype=np.float32)
+    return pl.DataFrame({"vector": pl.Series(vectors).cast(pl.List(pl.Float32))}).with_columns(
+        memory_id=_ids("m", np.arange(n)), embedder=pl.lit("bench-normal"),
+    ).select(EMBEDDINGS.names())
+
+
+def generate(*, n_memories: int = 20_000, n_queries: int = 50_000, n_events: int = 1_000_000,
+             shown: int = 10, dim: int = 64, qrels_per_query: int = 3,
+             seed: int = 0) -> Dataset:
+    """A synthetic dataset whose every table and column is populated (some nulls included).
+
+    Events: one memory_added per memory, updates and deletions at the memories' times,
+    and searches (shown lists of `shown` ids), feedback and access filling up `n_events`.
+    """
+    params = (f"bench/1 n_memories={n_memories} n_queries={n_queries} n_events={n_events} "
+              f"shown={shown} dim={dim} qrels_per_query={qrels_per_query} seed={seed}")
+    rng = np.random.default_rng(seed)
+    memories = _memories(rng, n_memories)
+    queries = _queries(rng, n_queries)
+    return Dataset(
+        source="bench", version="1", digest=hashlib.sha256(params.encode()).hexdigest(),
+        memories=memories, queries=queries,
+        embeddings=_embeddings(rng, n_memories, dim), edges=_edges(rng, memories),
+        qrels=_qrels(rng, n_queries, n_memories, qrels_per_query),
+        events=_events(rng, memories, queries, n_events, shown),
+    )
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--keep", type=Path, default=None, metavar="PATH",
+                        help="write the store here instead of a temp folder")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    ds = generate(n_events=args.events)
+    generated = time.perf_counter()
+    stages: dict[str, float] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        stages[stage] = time.perf_counter()
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = args.keep or Path(folder) / "bench.duckdb"
+        report = ingest(ds, path, replace=True, progress=progress)
+        size_mb = path.stat().st_size / 2**20
+    ended = time.perf_counter()
+    marks = list(stages.items())
+    print(f"generated {ds.counts()} in {generated - started:.2f} s")
+    for (stage, at), (_, until) in itertools.pairwise(marks):
+        print(f"  {stage:<11} {until - at:7.2f} s")
+    print(f"validate+ingest: {report.seconds:.2f} s (target < 60 s); store {size_mb:.0f} MiB")
+    print(f"total {ended - started:.2f} s; peak RSS {_peak_rss_mb():.0f} MiB (target < 2048 MiB)")
+    return 0 if report.seconds < 60 and _peak_rss_mb() < 2048 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""`msprlab ingest SOURCE ... --store PATH`: read a source, validate it, write the store.
+
+`add_ingest_commands(commands)` adds the `ingest` command to the CLI's sub-parsers and
+returns its own sub-parsers, so each source adds a verb there. `run_ingest` is what every
+verb calls: a progress bar while reading and writing, the counts at the end, exit status
+2 with the message when a row is bad or the store holds another dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from msprlab.datasets.schema import Dataset
+from msprlab.datasets.store import IngestReport, StoreConflictError, ingest
+from msprlab.datasets.store import Progress as ProgressCallback
+from msprlab.datasets.validate import IngestError
+
+__all__ = ["add_ingest_commands", "add_store_arguments", "run_ingest"]
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+
+
+def _bar(progress: Progress, description: str) -> ProgressCallback:
+    task = progress.add_task(description, total=None)
+
+    def update(stage: str, done: int, total: int) -> None:
+        progress.update(task, description=f"{description}: {stage}", completed=done, total=total)
+
+    return update
+
+
+def _print_report(console: Console, report: IngestReport) -> None:
+    console.print(report.summary(), highlight=False, soft_wrap=True)
+    table = Table(box=box.SIMPLE_HEAD)
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, count in report.counts.items():
+        table.add_row(name, f"{count:,}")
+    console.print(table)
+
+
+def run_ingest(read: Callable[[ProgressCallback], Dataset], store: Path, *, replace: bool,
+               what: str, console: Console | None = None) -> int:
+    """Read a dataset with `read(progress)`, ingest it into `store`; return the exit status."""
+    console = console or Console()
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as progress:
+            ds = read(_bar(progress, f"reading {what}"))
+            report = ingest(ds, store, replace=replace, progress=_bar(progress, f"writing {store}"))
+    except (IngestError, StoreConflictError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        console.print("nothing was written", highlight=False)
+        return EXIT_BAD_INPUT
+    _print_report(console, report)
+    return EXIT_OK
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--store PATH` and `--replace`, shared by every ingest verb."""
+    parser.add_argument("--store", type=Path, required=True, metavar="PATH",
+                        help="the event store (a DuckDB file) to write")
+    parser.add_argument("--replace", action="store_true",
+                        help="replace the store if it holds another dataset (without it, "
+                             "such an ingest is refused)")
+
+
+def cmd_ingest_generic(args: argparse.Namespace) -> int:
+    from msprlab.datasets.generic import read_generic
+    folder: Path = args.directory
+    return run_ingest(lambda progress: read_generic(folder, progress=progress), args.store,
+                      replace=args.replace, what=str(folder))
+
+
+def add_ingest_commands(
+        commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """Add `ingest` (with the `generic` verb) to the CLI; return ingest's sub-parsers."""
+    ingest_parser = commands.add_parser(
+        "ingest", help="validate a source and write it to an event store",
+        description="Read a source, validate every row and write it to an event store "
+                    "(a DuckDB file), all or nothing. Re-ingesting the same data is a no-op; "
+                    "a store holding another dataset is replaced only with --replace. "
+                    "Exit 2 on a bad row (named by file, line and field) or a refused store.")
+    verbs: argparse._SubParsersAction[argparse.ArgumentParser] = ingest_parser.add_subparsers(
+        dest="source", required=True, metavar="SOURCE")
+    generic = verbs.add_parser(
+        "generic", help="a folder in the generic format (datasets/FORMAT.md)",
+        description="Read memories, queries, qrels, events, edges and embeddings from JSONL "
+                    "or Parquet files in DIR (datasets/FORMAT.md).")
+    generic.add_argument("directory", type=Path, metavar="DIR")
+    add_store_arguments(generic)
+    generic.set_defaults(func=cmd_ingest_generic)
+    return verbs
