@@ -79,6 +79,38 @@ def cmd_ingest_generic(args: argparse.Namespace) -> int:
                       replace=args.replace, what=str(folder))
 
 
+def cmd_ingest_contextkit(args: argparse.Namespace) -> int:
+    from msprlab.datasets.sources.contextkit import load_contextkit
+    return run_ingest(
+        lambda progress: load_contextkit(
+            feedback_db=args.feedback_db, success_db=args.success_db,
+            graph_jsonl=args.graph_jsonl, qdrant_path=args.qdrant_path,
+            collection=args.collection, progress=progress),
+        args.store, replace=args.replace, what="ContextKit artifacts")
+
+
+def _add_contextkit_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    contextkit = verbs.add_parser(
+        "contextkit", help="ContextKit's feedback/success SQLite files, graph export and Qdrant",
+        description="Read ContextKit's artifacts: memories and vectors from the Qdrant local "
+                    "collection, graph state and edges from the context graph's JSONL export, "
+                    "verdicts from feedback_events.db, checked against query_success.db "
+                    "(datasets/sources/contextkit.py). Give --qdrant-path or --graph-jsonl.")
+    contextkit.add_argument("--feedback-db", type=Path, metavar="FILE",
+                            help="feedback_events.db (verdicts become feedback events)")
+    contextkit.add_argument("--success-db", type=Path, metavar="FILE",
+                            help="query_success.db (checked: success history is re-derived "
+                                 "from the verdicts; needs --feedback-db)")
+    contextkit.add_argument("--graph-jsonl", type=Path, metavar="FILE",
+                            help="the file ContextGraph.export_jsonl wrote")
+    contextkit.add_argument("--qdrant-path", type=Path, metavar="DIR",
+                            help="the Qdrant local folder of Memory's vector store")
+    contextkit.add_argument("--collection", default="outhad_contextkit", metavar="NAME",
+                            help="the collection in that folder (default: %(default)s)")
+    add_store_arguments(contextkit)
+    contextkit.set_defaults(func=cmd_ingest_contextkit)
+
+
 def add_ingest_commands(
         commands: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse._SubParsersAction[argparse.ArgumentParser]:
@@ -98,4 +130,8 @@ def add_ingest_commands(
     generic.add_argument("directory", type=Path, metavar="DIR")
     add_store_arguments(generic)
     generic.set_defaults(func=cmd_ingest_generic)
+    _add_contextkit_verb(verbs)
+    # Imported here: that module builds on run_ingest and add_store_arguments above.
+    from msprlab.experiments.ingest_sources_cli import add_source_verbs
+    add_source_verbs(verbs)
     return verbs

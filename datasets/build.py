@@ -1,0 +1,287 @@
+"""Build the datasets the `msprlab ingest` verbs write: source -> Dataset, embedders, logs.
+
+Plain functions over typed settings, so tests and experiments build exactly the data the
+command line writes:
+
+- `build_locomo`: LoCoMo turns, queries and qrels, every turn embedded and run through the
+  engine's edge synthesis in time order (TOPIC_SIMILAR edges need the embeddings), plus
+  the evidence anomalies the loader repaired or left out.
+- `build_locomo_log`: the same corpus and a click-model log simulated on it
+  (`simulate_log`): seeds are the cosine between the question's vector (the same embedder
+  over the question text) and the stored embeddings of the query owner's memories.
+- `build_synthetic`: the fully synthetic world with planted weights, and its log.
+- `build_scifact`: a SciFact split, optionally embedded.
+
+Every digest covers every parameter: the loaders and `simulate_log` hash their inputs and
+settings (the vectors included, so the embedder's kind, width and seed are covered), and
+`build_scifact` folds its embeddings into the loader's digest. The same parameters give
+the same digest, so re-ingesting is a no-op; other parameters give another digest, which a
+store refuses without `replace`.
+
+The logging ranker (`default_logging_config`) is the library's default configuration with
+MSPR on and its feedback, success and frequency state recorded, every MSPR weight 0: the
+log a deployment produces before its MSPR weights are tuned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+import polars as pl
+
+from msprlab.engine import EngineConfig
+from msprlab.engine.config import (
+    EdgesConfig,
+    FeedbackConfig,
+    FrequencyConfig,
+    MsprConfig,
+    SuccessConfig,
+)
+
+from .clicks import (
+    CascadeModel,
+    ClickModel,
+    DependentClickModel,
+    PositionBasedModel,
+    VerdictModel,
+)
+from .schema import EMBEDDINGS, Dataset
+from .simulate import simulate_log
+from .sources.locomo import DEFAULT_EDGES, LOCOMO_PATH, load_locomo, locomo_anomalies
+from .sources.scifact import SCIFACT_DIR, load_scifact
+from .store import Progress
+from .synthetic import SyntheticSpec, SyntheticTruth, generate_synthetic
+
+if TYPE_CHECKING:  # embed imports scikit-learn (seconds): only where an embedder is fitted
+    from .embed import Embedder
+
+__all__ = ["CLICK_MODELS", "LocomoBuild", "LogSpec", "build_locomo", "build_locomo_log",
+           "build_scifact", "build_synthetic", "default_logging_config", "default_p_helpful",
+           "make_click_model",
+           "with_embeddings"]
+
+CLICK_MODELS: dict[str, type[ClickModel]] = {
+    "pbm": PositionBasedModel, "cascade": CascadeModel, "dcm": DependentClickModel}
+
+
+def _silent(stage: str, done: int, total: int) -> None:
+    return None
+
+
+def default_logging_config() -> EngineConfig:
+    """The library defaults with MSPR on and feedback, success and frequency recorded.
+
+    The MSPR weights stay at the library's 0 (`delta_personal`, `epsilon_frequency`,
+    `zeta_success`), so the personal, frequency and success terms add nothing to the shown
+    scores, while verdicts, success rows and access counts accumulate in the state for a
+    later replay to use. Feedback still moves rankings the way the library does: a verdict
+    bumps the memory's node relevance, which multiplies its score (MSPR.md 5.4). Intent
+    routing and roles stay off, as in the library.
+    """
+    return replace(EngineConfig(), mspr=MsprConfig(
+        enabled=True, feedback=FeedbackConfig(enabled=True),
+        success=SuccessConfig(enabled=True), frequency=FrequencyConfig(enabled=True)))
+
+
+def make_click_model(name: str, *, noise: float | None = None, max_grade: int | None = None,
+                     eta: float | None = None,
+                     continuation: tuple[float, ...] | None = None) -> ClickModel:
+    """The click model registered as `name` ("pbm", "cascade", "dcm"); None keeps a default.
+
+    `eta` applies to "pbm" only and `continuation` to "dcm" only; giving either to another
+    model raises, so a setting is never silently ignored.
+    """
+    if name not in CLICK_MODELS:
+        raise ValueError(f"unknown click model {name!r}; known: {', '.join(CLICK_MODELS)}")
+    for option, value, owner in (("eta", eta, "pbm"), ("continuation", continuation, "dcm")):
+        if value is not None and name != owner:
+            raise ValueError(f"{option} applies to the {owner} click model only, but the "
+                             f"click model is {name!r}")
+    given = {"noise": noise, "max_grade": max_grade, "eta": eta, "continuation": continuation}
+    return CLICK_MODELS[name](**{k: v for k, v in given.items() if v is not None})
+
+
+# p_helpful by grade when the click model's top grade is 1 (LoCoMo's binary evidence) or 3
+# (the synthetic grades): 0.1 for grade 0 and the library verdict model's top values.
+_P_HELPFUL = {1: (0.1, 0.95), 3: VerdictModel().p_helpful}
+
+
+def default_p_helpful(max_grade: int) -> tuple[float, ...]:
+    """The default helpful probability per grade 0..max_grade (max grade 1 or 3)."""
+    if max_grade not in _P_HELPFUL:
+        raise ValueError(f"no default p_helpful for max grade {max_grade!r} (there are "
+                         f"defaults for {sorted(_P_HELPFUL)}); give one probability per "
+                         f"grade 0..{max_grade} (--p-helpful)")
+    return _P_HELPFUL[max_grade]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogSpec:
+    """How `simulate_log` replays the query stream: everything but the data and the seed.
+
+    `verdict_model.p_helpful` needs one entry per grade the click model reads
+    (0..`click_model.max_grade`), so both models grade on the same scale.
+    """
+
+    n_searches: int
+    click_model: ClickModel = field(default_factory=PositionBasedModel)
+    verdict_model: VerdictModel = field(default_factory=VerdictModel)
+    logging_config: EngineConfig = field(default_factory=default_logging_config)
+    zipf_s: float = 1.1
+    mean_gap_seconds: float = 3600.0
+    limit: int = 10
+
+    def __post_init__(self) -> None:
+        def bad(rule: str, value: object) -> ValueError:
+            return ValueError(f"LogSpec: `{rule}` must hold, but got {value!r}")
+
+        def is_int(value: object) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def is_number(value: object) -> bool:
+            return (isinstance(value, int | float) and not isinstance(value, bool)
+                    and math.isfinite(value))
+
+        if not (is_int(self.n_searches) and self.n_searches >= 1):
+            raise bad("n_searches >= 1", self.n_searches)
+        if not (is_int(self.limit) and self.limit >= 1):
+            raise bad("limit >= 1", self.limit)
+        if not (is_number(self.zipf_s) and self.zipf_s >= 0):
+            raise bad("zipf_s >= 0", self.zipf_s)
+        if not (is_number(self.mean_gap_seconds) and self.mean_gap_seconds > 0):
+            raise bad("mean_gap_seconds > 0", self.mean_gap_seconds)
+        grades = self.click_model.max_grade + 1
+        if len(self.verdict_model.p_helpful) != grades:
+            raise ValueError(
+                f"LogSpec: the click model reads grades 0..{self.click_model.max_grade}, so "
+                f"p_helpful needs {grades} values (one per grade), but got "
+                f"{self.verdict_model.p_helpful!r}")
+
+    def simulate(self, dataset: Dataset, *, seed: int,
+                 query_vectors: npt.ArrayLike | None) -> Dataset:
+        """`simulate_log` over `dataset` with these settings."""
+        return simulate_log(
+            dataset, logging_config=self.logging_config, click_model=self.click_model,
+            verdict_model=self.verdict_model, n_searches=self.n_searches, seed=seed,
+            zipf_s=self.zipf_s, mean_gap_seconds=self.mean_gap_seconds, limit=self.limit,
+            query_vectors=query_vectors)
+
+
+def _ready(embedder: Embedder, corpus: Sequence[str]) -> Embedder:
+    """The embedder fitted on `corpus` if it needs fitting (a fresh TF-IDF copy), else itself."""
+    from .embed import TfidfSvdEmbedder
+    if isinstance(embedder, TfidfSvdEmbedder):
+        return TfidfSvdEmbedder(dim=embedder.dim, seed=embedder.seed).fit(corpus)
+    return embedder
+
+
+@dataclass(frozen=True)
+class LocomoBuild:
+    """A LoCoMo dataset, the evidence anomalies its loader handled, and the ready embedder.
+
+    anomalies : one row per repair or omission (`sources.locomo.ANOMALIES`).
+    embedder : fitted on the memory texts; embeds questions into the same space.
+    """
+
+    dataset: Dataset
+    anomalies: pl.DataFrame
+    embedder: Embedder
+
+
+def build_locomo(embedder: Embedder, *, path: str | Path = LOCOMO_PATH,
+                 edges: EdgesConfig = DEFAULT_EDGES,
+                 progress: Progress | None = None) -> LocomoBuild:
+    """LoCoMo with every turn embedded and its edges synthesised in time order.
+
+    A TF-IDF `embedder` is fitted on the memory texts (a copy: the argument is not
+    changed); other embedders are used as given. Stages reported: "embedding turns",
+    "edge synthesis", "anomalies".
+    """
+    report = progress or _silent
+    fitted: list[Embedder] = []
+
+    def embed(texts: list[str]) -> np.ndarray:
+        # load_locomo calls this once, with every memory text, before edge synthesis.
+        report(f"embedding turns ({embedder.name})", 0, 3)
+        fitted.append(_ready(embedder, texts))
+        vectors = fitted[-1].embed(texts)
+        report("edge synthesis", 1, 3)
+        return vectors
+
+    dataset = load_locomo(path, edges=edges, embed=embed, embedder_name=embedder.name)
+    report("anomalies", 2, 3)
+    return LocomoBuild(dataset, locomo_anomalies(path), fitted[-1])
+
+
+def build_locomo_log(embedder: Embedder, log: LogSpec, *, seed: int,
+                     path: str | Path = LOCOMO_PATH, edges: EdgesConfig = DEFAULT_EDGES,
+                     progress: Progress | None = None) -> LocomoBuild:
+    """LoCoMo (`build_locomo`) plus a log of `log.n_searches` simulated searches.
+
+    Query vectors are the embedder (fitted on the memory texts) over the question texts,
+    and seeds are their cosine with the query owner's stored embeddings. Deterministic
+    for a seed.
+    """
+    report = progress or _silent
+    base = build_locomo(embedder, path=path, edges=edges,
+                        progress=lambda stage, done, total: report(stage, done, 5))
+    report("embedding questions", 3, 5)
+    questions = base.dataset.queries["text"].to_list()
+    query_vectors = base.embedder.embed(questions)
+    report(f"simulating {log.n_searches:,} searches ({type(log.click_model).__name__})", 4, 5)
+    logged = log.simulate(base.dataset, seed=seed, query_vectors=query_vectors)
+    return LocomoBuild(logged, base.anomalies, base.embedder)
+
+
+def build_synthetic(spec: SyntheticSpec, log: LogSpec | None, *, seed: int,
+                    progress: Progress | None = None) -> tuple[Dataset, SyntheticTruth]:
+    """The synthetic world of `spec` and its planted truth, with a simulated log unless
+    `log` is None.
+
+    One `seed` drives both the generator and the simulator. Seeds come from the planted
+    query vectors (`truth.query_vectors`), the vectors the planted dense signal is
+    computed from.
+    """
+    report = progress or _silent
+    report("generating the world", 0, 2)
+    dataset, truth = generate_synthetic(spec, seed=seed)
+    if log is None:
+        return dataset, truth
+    report(f"simulating {log.n_searches:,} searches ({type(log.click_model).__name__})", 1, 2)
+    return log.simulate(dataset, seed=seed, query_vectors=truth.query_vectors), truth
+
+
+def with_embeddings(dataset: Dataset, embedder: Embedder) -> Dataset:
+    """`dataset` with every memory embedded (a TF-IDF embedder fitted on the memory texts).
+
+    The digest becomes sha256 of the old digest, the embedder name and the vectors.
+    """
+    texts = dataset.memories["text"].fill_null("").to_list()
+    vectors = np.ascontiguousarray(_ready(embedder, texts).embed(texts), dtype=np.float32)
+    embeddings = pl.DataFrame({
+        "memory_id": dataset.memories["memory_id"], "embedder": embedder.name,
+        "vector": pl.Series(vectors).cast(pl.List(pl.Float32))}, schema=EMBEDDINGS)
+    digest = hashlib.sha256(f"{dataset.digest}|{embedder.name}|{vectors.shape}".encode())
+    digest.update(vectors.tobytes())
+    return replace(dataset, embeddings=embeddings, digest=digest.hexdigest(),
+                   version=f"{dataset.version}+{embedder.name}")
+
+
+def build_scifact(split: str, embedder: Embedder | None = None, *,
+                  directory: str | Path = SCIFACT_DIR,
+                  progress: Progress | None = None) -> Dataset:
+    """A SciFact split (`load_scifact`), with embeddings when an embedder is given."""
+    report = progress or _silent
+    report("reading corpus, claims and qrels", 0, 2)
+    dataset = load_scifact(split, directory=directory)
+    if embedder is None:
+        return dataset
+    report(f"embedding abstracts ({embedder.name})", 1, 2)
+    return with_embeddings(dataset, embedder)
