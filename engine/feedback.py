@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -78,3 +79,23 @@ class FeedbackStore:
 def personal_boost(store: FeedbackStore, memory_id: str, user_id: str | None) -> float:
     """clamp(tanh(net / 3), -1, 1); the library calls it with user_id None (global)."""
     return max(-1.0, min(1.0, math.tanh(store.net(memory_id, user_id) / 3.0)))
+
+
+def personal_boosts(store: FeedbackStore, user_id: str | None) -> Callable[[str], float]:
+    """`lambda memory_id: personal_boost(store, memory_id, user_id)`, for one search.
+
+    A memory without verdicts has net 0 and boost 0.0, which is returned directly.
+    """
+    if user_id is None:
+        nets = store._net
+
+        def boost(memory_id: str) -> float:
+            net = nets.get(memory_id)
+            return 0.0 if net is None else max(-1.0, min(1.0, math.tanh(net / 3.0)))
+    else:
+        user_nets = store._net_by_user
+
+        def boost(memory_id: str) -> float:
+            net = user_nets.get((memory_id, user_id))
+            return 0.0 if net is None else max(-1.0, min(1.0, math.tanh(net / 3.0)))
+    return boost

@@ -93,6 +93,9 @@ def sequential_sum(values: FloatArray) -> float:
 
 
 _Adjacency = dict[str, dict[str, dict[EdgeType, MemoryEdge]]]
+EdgeKey = tuple[str, str, str]
+# `ContextGraph.adjacent`: the nodes at the other ends, the edges, their keys (parallel).
+Adjacent = tuple[tuple[str, ...], tuple[MemoryEdge, ...], tuple[EdgeKey, ...]]
 
 
 class ContextGraph:
@@ -110,6 +113,8 @@ class ContextGraph:
         self.last_decay_tick: datetime | None = None
         self.version = 0
         self._peak: int | None = None
+        self._adjacent: dict[str, Adjacent] = {}
+        self._adjacent_version = -1
 
     # ---- nodes ---------------------------------------------------------------------
     def _ensure(self, node_id: str) -> None:
@@ -148,10 +153,11 @@ class ContextGraph:
         node = self.nodes.get(node_id)
         if node is None:
             return
-        node.access_count = max(0, node.access_count + 1)
+        count = node.access_count + 1
+        node.access_count = count = count if count > 0 else 0  # max(0, count)
         node.last_accessed_at = now
-        if self._peak is not None and not node.archived:
-            self._peak = max(self._peak, node.access_count)
+        if self._peak is not None and not node.archived and count > self._peak:
+            self._peak = count  # max(peak, count)
 
     # ---- edges ---------------------------------------------------------------------
     def upsert_edge(self, edge: MemoryEdge) -> MemoryEdge:
@@ -197,6 +203,34 @@ class ContextGraph:
             yield from by_type.values()
         for by_type in self._pred.get(node_id, {}).values():
             yield from by_type.values()
+
+    def adjacent(self, node_id: str) -> Adjacent:
+        """Every edge of a node except self loops, in `neighbours` order, unfiltered.
+
+        Three parallel tuples: the node at the other end, the edge, and its key (src, dst,
+        type value). The structure is cached per node until `version` changes; weights and
+        archived flags are not part of it, so callers filter on the live `edge.weight` and
+        nodes. (Parallel tuples keep the cache nearly invisible to the garbage collector.)
+        """
+        if self._adjacent_version != self.version:
+            self._adjacent.clear()
+            self._adjacent_version = self.version
+        found = self._adjacent.get(node_id)
+        if found is None:
+            others: list[str] = []
+            edges: list[MemoryEdge] = []
+            keys: list[EdgeKey] = []
+            for adjacency in (self._succ, self._pred):
+                for other, by_type in adjacency.get(node_id, {}).items():
+                    if other == node_id:
+                        continue
+                    for edge in by_type.values():
+                        others.append(other)
+                        edges.append(edge)
+                        # `_value_` is what `.value` returns, without the property call.
+                        keys.append((edge.src, edge.dst, edge.type._value_))
+            found = self._adjacent[node_id] = (tuple(others), tuple(edges), tuple(keys))
+        return found
 
     def is_archived(self, node_id: str) -> bool:
         node = self.nodes.get(node_id)

@@ -32,7 +32,7 @@ import scipy.sparse as sps
 FloatArray = npt.NDArray[np.float64]
 IndexArray = npt.NDArray[np.integer[Any]]
 
-__all__ = ["PageRankResult", "personalized_pagerank"]
+__all__ = ["PageRankResult", "Transition", "pagerank_on", "personalized_pagerank", "transition"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +108,73 @@ def personalized_pagerank(
 
     transition_t, dangling = _transition_transpose(n, src_a, dst_a, weight_a)
     return _power_iteration(transition_t, dangling, p, alpha=alpha, max_iter=max_iter, tol=tol)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """The transposed, row-normalised adjacency `personalized_pagerank` builds, kept so that
+    one graph can be ranked for many personalisation vectors.
+
+    Attributes
+    ----------
+    n
+        Number of nodes.
+    matrix
+        A transposed, as CSC (`matrix @ x` computes `x @ A`).
+    dangling
+        The nodes with zero out-weight, ascending.
+    """
+
+    n: int
+    matrix: sps.csc_array
+    dangling: npt.NDArray[np.intp]
+
+    def with_isolated(self, k: int) -> Transition:
+        """The same graph with `k` isolated nodes appended as nodes n..n+k-1.
+
+        They have no edges, so they are dangling, and every stored entry keeps its place:
+        `pagerank_on` gives what `personalized_pagerank` gives on the n+k node graph.
+        """
+        if k <= 0:
+            return self
+        m = self.matrix
+        indptr = np.concatenate([m.indptr, np.full(k, m.indptr[-1], dtype=m.indptr.dtype)])
+        n = self.n + k
+        matrix = sps.csc_array((m.data, m.indices, indptr), shape=(n, n))
+        dangling = np.concatenate([self.dangling, np.arange(self.n, n, dtype=np.intp)])
+        return Transition(n, matrix, dangling)
+
+
+def transition(n: int, src: IndexArray, dst: IndexArray, weight: FloatArray) -> Transition:
+    """Validate a simple weighted digraph and build its transition once.
+
+    Same arguments and errors as `personalized_pagerank` (less the personalisation).
+    """
+    src_a, dst_a, weight_a, _ = _check_inputs(n, src, dst, weight, np.zeros(n))
+    matrix, dangling = _transition_transpose(n, src_a, dst_a, weight_a)
+    return Transition(n, matrix, dangling)
+
+
+def pagerank_on(
+    graph: Transition,
+    personalization: FloatArray,
+    *,
+    alpha: float,
+    max_iter: int,
+    tol: float,
+) -> PageRankResult:
+    """`personalized_pagerank` on a prebuilt transition: the same floats, bit for bit."""
+    p = np.array(personalization, dtype=np.float64)  # a copy: it is normalised in place
+    if p.shape != (graph.n,):
+        raise ValueError(f"personalization must have shape ({graph.n},), got {p.shape}")
+    if graph.n == 0:
+        return PageRankResult(np.zeros(0, dtype=np.float64), 0, None)
+    total = p.sum()
+    if total == 0:
+        return PageRankResult(None, 0, "personalization sums to zero")
+    p /= total
+    return _power_iteration(graph.matrix, graph.dangling, p, alpha=alpha, max_iter=max_iter,
+                            tol=tol)
 
 
 def _check_inputs(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,9 +12,10 @@ from typing import Any
 from .bfs import EdgeKey
 from .config import RetrievalConfig
 from .graph import ContextGraph, Embedding
-from .scope import Scope, confirmed, tenant_skipped
+from .ppr import ViewEdges
+from .scope import UNVERIFIABLE, Scope
 from .seeds import Payload
-from .text import cosine, lexical_overlap, tokens
+from .text import _tokens_of, cosine, cosines, tokens
 
 Resolver = Callable[[Sequence[str]], Mapping[str, Payload]]
 Provider = Callable[[str], float]
@@ -35,6 +37,12 @@ class Candidate:
     relevance: float
     score: float = 0.0
 
+    def with_score(self, score: float) -> Candidate:
+        """A copy with another final score (`dataclasses.replace`, without its overhead)."""
+        return Candidate(self.id, self.payload, self.was_seed, self.dense, self.lexical,
+                         self.graph, self.frequency, self.personal, self.success,
+                         self.relevance, score)
+
     def entry(self) -> dict[str, Any]:
         """The library's result dict: payload copy, final score and the breakdown."""
         out = dict(self.payload)
@@ -54,6 +62,26 @@ class SubgraphEdge:
     dst: str
     type: str
     weight: float
+
+
+def _edge_maker() -> Callable[[str, str, str, float], SubgraphEdge]:
+    """`SubgraphEdge(src, dst, type, weight)` without the frozen `__init__`'s setattr calls:
+    the slots are filled through their descriptors. Same object, a third of the time."""
+    new = object.__new__
+    set_src, set_dst, set_type, set_weight = (
+        getattr(SubgraphEdge, name).__set__ for name in ("src", "dst", "type", "weight"))
+
+    def make(src: str, dst: str, kind: str, weight: float) -> SubgraphEdge:
+        edge = new(SubgraphEdge)
+        set_src(edge, src)
+        set_dst(edge, dst)
+        set_type(edge, kind)
+        set_weight(edge, weight)
+        return edge
+    return make
+
+
+_subgraph_edge = _edge_maker()
 
 
 def frequency_term(count: int, peak: int) -> float:
@@ -84,54 +112,154 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
               scope: Scope) -> list[Candidate]:
     """Candidates in reach order with all features and final scores (not yet sorted)."""
     missing = [cid for cid in reach if cid not in seeds]
-    resolved: dict[str, Payload] = {}
+    resolved: Mapping[str, Payload] = {}
     if missing and resolver is not None:
-        resolved = {cid: p for cid, p in resolver(missing).items() if p}
+        resolved = resolver(missing)
+    nodes = graph.nodes
+    similarity = _similarities(graph, query_embedding, missing)
     query_tokens = tokens(query)
+    query_size = len(query_tokens)
+    check_tenant = tenant_id is not None or sub_tenant_id is not None
+    scope_items = list(scope.items())
+    alpha, beta, gamma = cfg.alpha_dense, cfg.beta_bm25, cfg.gamma_graph
+    epsilon, delta, zeta = cfg.epsilon_frequency, cfg.delta_personal, cfg.zeta_success
+    # The frequency peak is read once, before any scoring (nothing here changes it).
+    peak = graph.peak_access_count() if epsilon > 0 else 0
+    frequency_of: dict[int, float] = {}  # frequency_term(count, peak) per access count
+    personal_of = personal if delta > 0 else None
+    success_of = success if zeta > 0 else None
     candidates: list[Candidate] = []
     for cid, reach_score in reach.items():
         was_seed = cid in seeds
-        payload = seeds[cid] if was_seed else resolved.get(cid)
-        node = graph.get(cid)
-        if scope and not was_seed and not confirmed(payload, node, scope):
-            continue
+        if was_seed:
+            payload: Payload | None = seeds[cid]
+        else:
+            payload = resolved.get(cid) or None  # the resolver's falsy entries are dropped
+        node = nodes.get(cid)
+        if scope_items and not was_seed:
+            # scope.confirmed(payload, node, scope), inlined.
+            confirmed = True
+            for field_name, want in scope_items:
+                if want is UNVERIFIABLE:
+                    confirmed = False
+                    break
+                owner = payload.get(field_name) if payload else None
+                if owner is None and node is not None:
+                    owner = getattr(node, field_name)
+                if owner is None or (owner if type(owner) is str else str(owner)) != want:
+                    confirmed = False
+                    break
+            if not confirmed:
+                continue
         if payload is None:
             payload = {"id": cid, "memory": "", "score": 0.0}
-        if (tenant_id is not None or sub_tenant_id is not None) and tenant_skipped(
-                node, tenant_id, sub_tenant_id):
-            continue
-        dense = float(payload.get("score") or 0.0)
-        if not was_seed and query_embedding is not None:
-            stored = graph.embeddings.get(cid)
-            if stored is not None:
-                dense = max(dense, cosine(query_embedding, stored))
-        candidates.append(Candidate(
-            id=cid, payload=payload, was_seed=was_seed, dense=dense,
-            lexical=lexical_overlap(query_tokens, payload.get("memory", "")),
-            graph=float(reach_score), frequency=0.0, personal=0.0, success=0.0,
-            relevance=1.0 if node is None else max(0.0, min(1.0, node.relevance))))
-    peak = graph.peak_access_count() if cfg.epsilon_frequency > 0 else 0
-    for c in candidates:
-        node = graph.get(c.id)
-        if node is not None and cfg.epsilon_frequency > 0:
-            c.frequency = frequency_term(node.access_count, peak)
-        if personal is not None and cfg.delta_personal > 0:
-            c.personal = max(-1.0, min(1.0, personal(c.id)))
-        if success is not None and cfg.zeta_success > 0:
-            c.success = max(0.0, min(1.0, success(c.id)))
-        c.score = final_score(cfg, c)
+        if check_tenant and node is not None:
+            # scope.tenant_skipped(node, tenant_id, sub_tenant_id), inlined.
+            tag = node.tenant_id
+            if tenant_id is not None and tag is not None and tag != tenant_id:
+                continue
+            tag = node.sub_tenant_id
+            if sub_tenant_id is not None and tag is not None and tag != sub_tenant_id:
+                continue
+        dense = payload.get("score") or 0.0
+        if type(dense) is not float:  # float() returns an exact float itself
+            dense = float(dense)
+        if not was_seed and similarity:
+            value = similarity.get(cid)
+            if value is not None:
+                if value is _RAISES:
+                    value = _raise_cosine(graph, query_embedding, cid)
+                if value > dense:  # max(dense, value)
+                    dense = value
+        lexical = 0.0
+        if query_size:
+            text = payload.get("memory", "")
+            if text and isinstance(text, str):  # text.tokens(text), inlined
+                doc = _tokens_of(text)  # the tokens, as a tuple (a bag, repeats and all)
+                # |Q ∩ D| / |Q|; disjoint sets give 0 / |Q| = 0.0 without building Q ∩ D.
+                if doc and not query_tokens.isdisjoint(doc):
+                    lexical = len(query_tokens.intersection(doc)) / query_size
+        frequency = 0.0
+        if node is None:
+            relevance = 1.0
+        else:
+            relevance = node.relevance  # max(0.0, min(1.0, relevance))
+            relevance = relevance if relevance < 1.0 else 1.0
+            relevance = relevance if relevance > 0.0 else 0.0
+            if epsilon > 0:
+                count = node.access_count
+                known = frequency_of.get(count)
+                if known is None:
+                    known = frequency_of[count] = frequency_term(count, peak)
+                frequency = known
+        personal_term = 0.0
+        if personal_of is not None:  # max(-1.0, min(1.0, boost))
+            value = personal_of(cid)
+            value = value if value < 1.0 else 1.0
+            personal_term = value if value > -1.0 else -1.0
+        success_term = 0.0
+        if success_of is not None:  # max(0.0, min(1.0, rate))
+            value = success_of(cid)
+            value = value if value < 1.0 else 1.0
+            success_term = value if value > 0.0 else 0.0
+        graph_term = reach_score if type(reach_score) is float else float(reach_score)
+        # final_score, inlined: the same additions left to right, then × relevance.
+        score = (alpha * dense + beta * lexical + gamma * graph_term + epsilon * frequency
+                 + delta * personal_term + zeta * success_term) * relevance
+        candidates.append(Candidate(cid, payload, was_seed, dense, lexical, graph_term,
+                                    frequency, personal_term, success_term, relevance, score))
     return candidates
+
+
+_RAISES = float("nan")  # marks a cosine that raises; compared by identity only
+
+
+def _similarities(graph: ContextGraph, query_embedding: Embedding | None,
+                  ids: Sequence[str]) -> dict[str, float]:
+    """cosine(query, node) for every id with a stored embedding, in one NumPy pass.
+
+    Computed before the scope and tenant checks drop anyone, which changes nothing, as
+    cosine has no side effects; when the batch meets a cosine that would raise, every entry
+    is `_RAISES` and the raise is left to the candidates that are actually scored.
+    """
+    if query_embedding is None or not ids:
+        return {}
+    found = list(map(graph.embeddings.get, ids))
+    stored = [e for e in found if e is not None]
+    if not stored:
+        return {}
+    rows = ids if len(stored) == len(ids) else [
+        cid for cid, e in zip(ids, found, strict=True) if e is not None]
+    try:
+        values = cosines(query_embedding, stored)
+    except ZeroDivisionError:
+        return dict.fromkeys(rows, _RAISES)
+    return dict(zip(rows, values, strict=True))
+
+
+def _raise_cosine(graph: ContextGraph, query_embedding: Embedding | None, cid: str) -> float:
+    assert query_embedding is not None
+    return cosine(query_embedding, graph.embeddings[cid])
 
 
 def rank(candidates: list[Candidate], limit: int) -> list[Candidate]:
     """Stable sort by score, descending (ties keep candidate order), cut to max(1, limit)."""
-    return sorted(candidates, key=lambda c: c.score, reverse=True)[:max(1, limit)]
+    return sorted(candidates, key=_by_score, reverse=True)[:max(1, limit)]
+
+
+_by_score = operator.attrgetter("score")
 
 
 def subgraph(edges_used: Mapping[EdgeKey, float], candidates: Sequence[Candidate],
              scope: Scope) -> list[SubgraphEdge]:
     """Walked edges; with a scope only those joining two candidates that survived."""
+    make = _subgraph_edge
+    if not scope:
+        return [make(src, dst, kind, weight) for (src, dst, kind), weight in edges_used.items()]
     kept = {c.id for c in candidates}
-    return [SubgraphEdge(src, dst, kind, weight)
+    if isinstance(edges_used, ViewEdges):  # a PPR view: pick the edges without a full pass
+        return [make(src, dst, kind, weight)
+                for (src, dst, kind), weight in edges_used.between(kept)]
+    return [make(src, dst, kind, weight)
             for (src, dst, kind), weight in edges_used.items()
-            if not scope or (src in kept and dst in kept)]
+            if src in kept and dst in kept]

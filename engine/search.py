@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from .bfs import EdgeKey, expand_bfs
 from .config import RetrievalConfig
 from .decay import DecayReport, maybe_tick_decay
-from .feedback import personal_boost
+from .feedback import personal_boosts
 from .graph import Embedding
-from .intent import EDGE_TYPE_PRIORS, IntentResult, apply_weight_override
+from .intent import EDGE_TYPE_PRIORS, Intent, IntentResult, apply_weight_override
 from .ppr import expand_ppr
 from .rerank import Candidate, Provider, SubgraphEdge, featurize, rank, subgraph
 from .roles import RoleContext, apply_role_policy, role_context_from_filters
@@ -86,7 +86,7 @@ class SearchOutcome:
 
 def effective_filters(req: SearchRequest) -> dict[str, Any]:
     """Caller filters, deep-copied, with truthy session arguments written over them."""
-    filters = copy.deepcopy(dict(req.filters)) if req.filters else {}
+    filters = _copy_filters(req.filters) if req.filters else {}
     provided = False
     for key in SCOPE_KEYS:
         value = getattr(req, key)
@@ -107,6 +107,16 @@ def effective_filters(req: SearchRequest) -> dict[str, Any]:
     return filters
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy_filters(filters: Mapping[str, Any]) -> dict[str, Any]:
+    """`copy.deepcopy(dict(filters))`; a plain copy when every value is an immutable atom."""
+    if all(type(key) is str and type(value) in _ATOMS for key, value in filters.items()):
+        return dict(filters)
+    return copy.deepcopy(dict(filters))
+
+
 def vector_filters(filters: Mapping[str, Any]) -> dict[str, Any]:
     """The filters as the vector store sees them: bool/int/str kept, floats as strings."""
     out: dict[str, Any] = {}
@@ -122,9 +132,10 @@ def vector_filters(filters: Mapping[str, Any]) -> dict[str, Any]:
 
 def seed_payload(memory_id: str, stored: Mapping[str, Any], score: float | None) -> Payload:
     """A vector hit as the library builds it: core fields, promoted keys, the rest nested."""
-    hit: Payload = {"id": memory_id, "memory": stored.get("data", ""), "hash": stored.get("hash"),
-                    "metadata": None, "score": score, "created_at": stored.get("created_at"),
-                    "updated_at": stored.get("updated_at")}
+    get = stored.get
+    hit: Payload = {"id": memory_id, "memory": get("data", ""), "hash": get("hash"),
+                    "metadata": None, "score": score, "created_at": get("created_at"),
+                    "updated_at": get("updated_at")}
     for key in PROMOTED_KEYS:
         if key in stored:
             hit[key] = stored[key]
@@ -152,14 +163,16 @@ def vector_results(state: EngineState, req: SearchRequest) -> list[Payload]:
 def resolve_payloads(state: EngineState, ids: Sequence[str]) -> dict[str, Payload]:
     """`Memory`'s resolver: id, text, hash, times, score 0 and owner ids; no metadata."""
     out: dict[str, Payload] = {}
+    payloads = state.payloads
     for cid in ids:
-        stored = state.payloads.get(cid)
+        stored = payloads.get(cid)
         if not stored:
             continue
-        out[cid] = {"id": cid, "memory": stored.get("data", ""), "hash": stored.get("hash"),
-                    "created_at": stored.get("created_at"), "updated_at": stored.get("updated_at"),
-                    "score": 0.0, "user_id": stored.get("user_id"),
-                    "agent_id": stored.get("agent_id"), "run_id": stored.get("run_id")}
+        get = stored.get
+        out[cid] = {"id": cid, "memory": get("data", ""), "hash": get("hash"),
+                    "created_at": get("created_at"), "updated_at": get("updated_at"),
+                    "score": 0.0, "user_id": get("user_id"), "agent_id": get("agent_id"),
+                    "run_id": get("run_id")}
     return out
 
 
@@ -204,7 +217,7 @@ def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payloa
         hits = apply_role_policy(hits, state.policy, ctx, hard_filter=True)
     if mspr.enabled and mspr.intent.enabled and state.intent is not None:
         outcome.intent = state.intent.classify(req.query)
-        retrieval = apply_weight_override(retrieval, outcome.intent.label)
+        retrieval = _weight_override(retrieval, outcome.intent.label)
     outcome.weights = retrieval
     if not hits:
         outcome.telemetry = _telemetry(state, outcome, 0) if mspr.enabled else None
@@ -239,9 +252,26 @@ def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payloa
     return outcome
 
 
+# apply_weight_override per (config object, label): it builds and validates a new config.
+_OVERRIDES: dict[tuple[int, Intent], tuple[RetrievalConfig, RetrievalConfig]] = {}
+
+
+def _weight_override(cfg: RetrievalConfig, label: Intent) -> RetrievalConfig:
+    """`apply_weight_override(cfg, label)`, remembered for the same config object."""
+    key = (id(cfg), label)
+    hit = _OVERRIDES.get(key)
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    result = apply_weight_override(cfg, label)
+    if len(_OVERRIDES) >= 64:
+        _OVERRIDES.clear()
+    _OVERRIDES[key] = (cfg, result)  # holding cfg keeps its id from being reused
+    return result
+
+
 def _expand(state: EngineState, retrieval: RetrievalConfig, seeds: dict[str, Payload],
             scope: Scope, req: SearchRequest,
-            outcome: SearchOutcome) -> tuple[dict[str, float], dict[EdgeKey, float]]:
+            outcome: SearchOutcome) -> tuple[dict[str, float], Mapping[EdgeKey, float]]:
     corrections = state.config.corrections
     if retrieval.algorithm == "ppr":
         reach, edges_used, notes = expand_ppr(
@@ -268,11 +298,11 @@ def _personal_provider(state: EngineState, retrieval: RetrievalConfig,
             and retrieval.delta_personal > 0):
         return None
     if not state.config.corrections.personal_boost_user_scoped:
-        return lambda memory_id: personal_boost(store, memory_id, None)
+        return personal_boosts(store, None)
     user = ctx.user_id
     if not isinstance(user, str) or not user:
         return lambda memory_id: 0.0  # no searching user: nothing personal to apply
-    return lambda memory_id: personal_boost(store, memory_id, user)
+    return personal_boosts(store, user)
 
 
 def _success_provider(state: EngineState, retrieval: RetrievalConfig, query: str,
@@ -285,8 +315,7 @@ def _success_provider(state: EngineState, retrieval: RetrievalConfig, query: str
     query_hash = hash_query(query)
     user = None if ctx.user_id is None else str(ctx.user_id)
     min_samples = max(1, mspr.success.min_sample_size)
-    return lambda memory_id: store.hit_rate(query_hash, memory_id, user_id=user,
-                                            min_samples=min_samples)
+    return store.hit_rates(query_hash, user_id=user, min_samples=min_samples)
 
 
 def _soft_filter(state: EngineState, results: list[Candidate],
@@ -295,7 +324,7 @@ def _soft_filter(state: EngineState, results: list[Candidate],
     assert state.policy is not None
     entries = apply_role_policy([c.entry() for c in results], state.policy, ctx,
                                 hard_filter=False)
-    rescored = [replace(c, score=float(e.get("score") or 0.0))
+    rescored = [c.with_score(float(e.get("score") or 0.0))
                 for c, e in zip(results, entries, strict=True)]
     return sorted(rescored, key=lambda c: c.score, reverse=True)
 

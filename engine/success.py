@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -66,6 +67,23 @@ class SuccessStore:
         if counts is None or counts[0] < max(1, min_samples):
             return 0.0
         return max(0.0, min(1.0, counts[1] / counts[0]))
+
+    def hit_rates(self, query_hash: str | None, *, user_id: str | None,
+                  min_samples: int) -> Callable[[str], float]:
+        """`lambda memory_id: self.hit_rate(query_hash, memory_id, ...)`, for one search."""
+        if not query_hash:
+            return lambda memory_id: 0.0
+        counts_of = self._counts
+        need = max(1, min_samples)
+
+        def rate(memory_id: str) -> float:
+            if not memory_id:
+                return 0.0
+            counts = counts_of.get((query_hash, memory_id, user_id))
+            if counts is None or counts[0] < need:
+                return 0.0
+            return max(0.0, min(1.0, counts[1] / counts[0]))
+        return rate
 
     def reset(self, user_id: str | None = None) -> int:
         kept = [r for r in self.rows if user_id is not None and r.user_id != user_id]

@@ -2,16 +2,31 @@
 
 Graphs of 1k, 10k and 50k memories with about five edges each, generated with a fixed seed.
 When the ContextKit library is installed (msprlab[parity]) it is timed side by side on the
-same inputs and the ratio printed; otherwise the library's published rates from the issue
-(on this kind of machine) are printed as a reference, marked as not measured here.
+same graphs and the same requests, and the ratio printed. The library is slow, so it runs
+only the first few requests (`--library-searches`, fewer for PPR at 50k); the engine runs
+all of them. Only the searches are timed, on both sides: building the state, the feedback
+that seeds it and one warm-up search (it ticks decay) are not.
+
+Without the library, the library's rates from the engine issue are printed instead,
+labelled "reference, not measured".
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib
+import importlib.util
+import logging
+import os
+import tempfile
 import time
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +38,7 @@ from msprlab.engine.config import (
     MsprConfig,
     RoleConfig,
     SuccessConfig,
+    as_dict,
 )
 from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
 from msprlab.engine.roles import policy_from_name
@@ -33,6 +49,10 @@ NOW = datetime(2026, 1, 1)
 LIBRARY_REFERENCE = {"bfs": {1_000: 93, 10_000: 68, 50_000: 39},
                      "ppr": {1_000: 32, 10_000: 10, 50_000: 2}}
 WORDS = [f"w{i}" for i in range(400)]
+USERS = [f"u{i}" for i in range(10)]
+POLICY = "composite"
+# Scores may differ from the library's in the last bits only for PPR (networkx vs ours).
+AGREEMENT_TOLERANCE = {"bfs": 1e-9, "ppr": 1e-6}
 
 
 def all_signals(algorithm: str) -> EngineConfig:
@@ -47,36 +67,69 @@ def all_signals(algorithm: str) -> EngineConfig:
                         success=SuccessConfig(enabled=True)))
 
 
-def build(n: int, algorithm: str, rng: np.random.Generator) -> tuple[EngineState, np.ndarray]:
-    state = new_state(all_signals(algorithm), policy=policy_from_name("composite"))
+@dataclass(frozen=True)
+class World:
+    """One generated graph: memories, edges in upsert order, and feedback verdicts."""
+
+    vectors: np.ndarray                        # (n, 32) embeddings, row i for memory m{i}
+    texts: list[str]
+    access_counts: list[int]
+    edges: list[tuple[str, str, EdgeType, float]]
+    feedback: list[tuple[str, bool, str]]      # (memory id, helpful, user id)
+
+    @property
+    def size(self) -> int:
+        return len(self.texts)
+
+
+def generate(n: int, rng: np.random.Generator) -> World:
     vectors = rng.normal(size=(n, 32))
-    users = [f"u{i}" for i in range(10)]
-    for i in range(n):
-        mid = f"m{i}"
-        user = users[i % len(users)]
-        text = " ".join(rng.choice(WORDS, size=12))
-        payload = {"data": text, "hash": "", "created_at": NOW.isoformat(),
-                   "updated_at": NOW.isoformat(), "user_id": user, "tenant_id": "t0"}
-        state.payloads[mid] = payload
-        state.graph.add_node(MemoryNode(mid, "", NOW, NOW, user_id=user, tenant_id="t0",
-                                        access_count=int(rng.integers(0, 20)),
-                                        metadata=payload))
-        state.graph.set_embedding(mid, vectors[i].tolist())
+    texts, access_counts = [], []
+    for _ in range(n):
+        texts.append(" ".join(rng.choice(WORDS, size=12)))
+        access_counts.append(int(rng.integers(0, 20)))
     kinds = list(EdgeType)
+    edges = []
     # About five edges per memory, mostly within the owner's memories so BFS expands.
     for _ in range(5 * n):
         src = int(rng.integers(n))
         dst = (src + 10 * int(rng.integers(1, 50))) % n
-        state.graph.upsert_edge(MemoryEdge(f"m{src}", f"m{dst}", kinds[int(rng.integers(10))],
-                                           float(rng.uniform(0.1, 1.0)), NOW, NOW))
+        kind = kinds[int(rng.integers(10))]
+        edges.append((f"m{src}", f"m{dst}", kind, float(rng.uniform(0.1, 1.0))))
+    feedback = []
     for _ in range(200):
-        record_feedback(state, f"m{int(rng.integers(n))}", helpful=bool(rng.random() < 0.7),
-                        user_id=users[int(rng.integers(10))], query="what is w1 w2", now=NOW)
-    return state, vectors
+        memory_id = f"m{int(rng.integers(n))}"
+        helpful = bool(rng.random() < 0.7)
+        feedback.append((memory_id, helpful, USERS[int(rng.integers(10))]))
+    return World(vectors, texts, access_counts, edges, feedback)
 
 
-def requests(n: int, vectors: np.ndarray, rng: np.random.Generator,
-             count: int) -> list[SearchRequest]:
+def payload(world: World, i: int) -> dict[str, Any]:
+    user = USERS[i % len(USERS)]
+    return {"data": world.texts[i], "hash": "", "created_at": NOW.isoformat(),
+            "updated_at": NOW.isoformat(), "user_id": user, "tenant_id": "t0"}
+
+
+def build(world: World, algorithm: str) -> EngineState:
+    state = new_state(all_signals(algorithm), policy=policy_from_name(POLICY))
+    for i in range(world.size):
+        mid = f"m{i}"
+        stored = payload(world, i)
+        state.payloads[mid] = stored
+        state.graph.add_node(MemoryNode(mid, "", NOW, NOW, user_id=stored["user_id"],
+                                        tenant_id="t0", access_count=world.access_counts[i],
+                                        metadata=stored))
+        state.graph.set_embedding(mid, world.vectors[i].tolist())
+    for src, dst, kind, weight in world.edges:
+        state.graph.upsert_edge(MemoryEdge(src, dst, kind, weight, NOW, NOW))
+    for memory_id, helpful, user in world.feedback:
+        record_feedback(state, memory_id, helpful=helpful, user_id=user, query="what is w1 w2",
+                        now=NOW)
+    return state
+
+
+def requests(world: World, rng: np.random.Generator, count: int) -> list[SearchRequest]:
+    n = world.size
     out = []
     for _ in range(count):
         user = int(rng.integers(10))
@@ -85,37 +138,196 @@ def requests(n: int, vectors: np.ndarray, rng: np.random.Generator,
         query = "what is " + " ".join(rng.choice(WORDS, size=4))
         out.append(SearchRequest(
             query=query, seeds=[Seed(f"m{i}", float(rng.uniform(0.3, 0.9))) for i in picks],
-            query_embedding=vectors[picks[0]].tolist(), user_id=f"u{user}",
+            query_embedding=world.vectors[picks[0]].tolist(), user_id=f"u{user}",
             filters={"tenant_id": "t0", "role": "user"}, limit=10))
     return out
 
 
-def time_engine(state: EngineState, reqs: list[SearchRequest]) -> float:
+Ranking = list[tuple[str, float]]
+
+
+def time_engine(state: EngineState, reqs: Sequence[SearchRequest],
+                keep: int) -> tuple[float, float, list[Ranking]]:
+    """Searches/s over `reqs` after one warm-up search, the same on a second pass over
+    `reqs` (every cache then holds what these requests touch), and the first `keep`
+    rankings of the first pass."""
     search(state, reqs[0], now=NOW)  # first search ticks decay and warms caches
+    gc.collect()  # settle the collector's debt from building the state, outside the timing
+    rankings: list[Ranking] = []
+    start = time.perf_counter()
+    for req in reqs:
+        outcome = search(state, req, now=NOW)
+        if len(rankings) < keep:
+            rankings.append([(c.id, c.score) for c in outcome.results])
+    first = len(reqs) / (time.perf_counter() - start)
     start = time.perf_counter()
     for req in reqs:
         search(state, req, now=NOW)
-    return len(reqs) / (time.perf_counter() - start)
+    return first, len(reqs) / (time.perf_counter() - start), rankings
+
+
+# ---- the library, through the parity adapter ---------------------------------------------
+
+
+def library_available() -> bool:
+    return importlib.util.find_spec("outhad_contextkit") is not None
+
+
+def _scenario(world: World, algorithm: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The world as a ck-mspr-scenario/1 document (SCENARIOS.md) with the given events."""
+    from msprlab.experiments import contextkit_adapter as ck
+
+    config = all_signals(algorithm)
+    mspr = as_dict(config.mspr)
+    mspr["role"]["policy"] = POLICY
+    memories = []
+    for i in range(world.size):
+        stored = payload(world, i)
+        memories.append({"id": f"m{i}", "text": stored["data"], "user_id": stored["user_id"],
+                         "tenant_id": stored["tenant_id"], "created_at": stored["created_at"],
+                         "updated_at": stored["updated_at"],
+                         "access_count": world.access_counts[i],
+                         "embedding": world.vectors[i].tolist()})
+    edges = [{"src": src, "dst": dst, "type": kind.value, "weight": weight,
+              "updated_at": NOW.isoformat()} for src, dst, kind, weight in world.edges]
+    return {"format": ck.SCENARIO_FORMAT, "name": f"bench-{algorithm}-{world.size}",
+            "now": NOW.isoformat(),
+            "config": {"retrieval": as_dict(config.retrieval), "decay": as_dict(config.decay),
+                       "mspr": mspr},
+            "memories": memories, "edges": edges, "events": events}
+
+
+def _search_event(req: SearchRequest) -> dict[str, Any]:
+    return {"type": "search", "query": req.query,
+            "seeds": [{"id": s.id, "score": s.score} for s in req.seeds],
+            "query_embedding": list(req.query_embedding or []), "user_id": req.user_id,
+            "filters": dict(req.filters or {}), "limit": req.limit}
+
+
+@contextmanager
+def _timed_library_searches() -> Iterator[list[float]]:
+    """Seconds spent in each `Memory.search` call of the library while inside."""
+    # As the adapter does before it first imports the library: no telemetry, scratch home.
+    os.environ.setdefault("OUTHAD_CONTEXTKIT_TELEMETRY", "false")
+    os.environ.setdefault("OUTHAD_CONTEXTKIT_DIR",
+                          str(Path(tempfile.gettempdir()) / "msprlab-contextkit-home"))
+    memory_class = importlib.import_module("outhad_contextkit.memory.main").Memory
+    search_method = memory_class.search
+    elapsed: list[float] = []
+    # The adapter listens to the library's debug logs (to report swallowed errors); a timed
+    # search runs at the logging level the library has without the adapter.
+    logger = logging.getLogger("outhad_contextkit")
+    level = logger.level
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(elapsed) == 1:  # after the warm-up search, as for the engine
+            gc.collect()
+        session_level = logger.level
+        logger.setLevel(level)
+        start = time.perf_counter()
+        try:
+            return search_method(self, *args, **kwargs)
+        finally:
+            elapsed.append(time.perf_counter() - start)
+            logger.setLevel(session_level)
+
+    memory_class.search = timed
+    try:
+        yield elapsed
+    finally:
+        memory_class.search = search_method
+
+
+def time_library(world: World, algorithm: str,
+                 reqs: Sequence[SearchRequest]) -> tuple[float, list[Ranking]]:
+    """Searches/s of the library over `reqs` after the same warm-up search, and rankings.
+
+    The world goes through the parity adapter's public entry point as one scenario: the
+    feedback verdicts, the warm-up search, then `reqs`. Only the library's `Memory.search`
+    calls for `reqs` are timed; building the Memory and the adapter's own work are not.
+    """
+    from msprlab.experiments.contextkit_adapter import run_scenario_with_contextkit
+
+    feedback = [{"type": "feedback", "memory_id": memory_id, "helpful": helpful,
+                 "user_id": user, "query": "what is w1 w2"}
+                for memory_id, helpful, user in world.feedback]
+    searches = [_search_event(req) for req in [reqs[0], *reqs]]
+    with _timed_library_searches() as elapsed:
+        output = run_scenario_with_contextkit(_scenario(world, algorithm, feedback + searches))
+    records = [e for e in output["events"] if e["type"] == "search"][1:]
+    rankings: list[Ranking] = []
+    for record in records:
+        if "error" in record:
+            raise RuntimeError(f"the library raised on a bench search: {record['error']}")
+        rankings.append([(r["id"], r["score"]) for r in record["results"]])
+    timed = elapsed[1:]
+    if len(timed) != len(reqs):
+        raise RuntimeError(f"expected {len(reqs)} timed library searches, got {len(timed)}")
+    return len(reqs) / sum(timed), rankings
+
+
+def agree(ours: list[Ranking], theirs: list[Ranking], tolerance: float) -> bool:
+    """Same ids in the same order and scores within `tolerance`, request by request."""
+    return len(ours) == len(theirs) and all(
+        [i for i, _ in a] == [i for i, _ in b]
+        and all(abs(x - y) <= tolerance for (_, x), (_, y) in zip(a, b, strict=True))
+        for a, b in zip(ours, theirs, strict=True))
+
+
+def library_count(algorithm: str, n: int, requested: int) -> int:
+    if algorithm == "ppr":
+        return max(1, min(requested, 10 if n < 50_000 else 5))
+    return max(1, requested)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 50_000])
-    parser.add_argument("--searches", type=int, default=200)
+    parser.add_argument("--searches", type=int, default=200,
+                        help="engine searches per BFS graph (PPR: a fifth, at least 20)")
+    parser.add_argument("--library-searches", type=int, default=20,
+                        help="library searches per BFS graph (PPR: at most 10, 5 at 50k)")
+    parser.add_argument("--no-library", action="store_true",
+                        help="do not run the library even when it is installed")
     args = parser.parse_args()
-    print("engine: searches/s, all signals on (intent, feedback, frequency, roles, success); "
-          "library figures are the issue's reference rates, NOT measured in this run")
-    print(f"{'algorithm':>9} {'memories':>9} {'engine/s':>10} {'library/s':>10} {'ratio':>8}")
+    measure = library_available() and not args.no_library
+    print("searches/s, all signals on (intent, feedback, frequency, roles, success); engine/s "
+          "is the first pass over the requests, 2nd pass the same requests again (caches "
+          "warm)")
+    if measure:
+        print("the library is measured in this run on the same graphs and requests, over only "
+              f"its first {args.library_searches} BFS / {library_count('ppr', 0, 10)} PPR "
+              f"({library_count('ppr', 50_000, 10)} at 50k) requests because it is slow; "
+              "ratio = engine/s (first pass) / library/s")
+        header = f"{'library/s':>10} {'ratio':>8}  results"
+    else:
+        print("the ContextKit library is not installed, so library/s is the issue's rate: "
+              "reference, NOT measured in this run")
+        header = f"{'library/s':>10} {'ratio':>8}  (reference, not measured)"
+    print(f"{'algorithm':>9} {'memories':>9} {'engine/s':>10} {'2nd pass':>10} {header}")
+    worlds = {}
+    for n in args.sizes:  # one graph per size for both algorithms, as if generated anew
+        rng = np.random.default_rng(0)
+        worlds[n] = (generate(n, rng), rng.bit_generator.state)
     for algorithm in ("bfs", "ppr"):
         for n in args.sizes:
+            world, after = worlds[n]
             rng = np.random.default_rng(0)
-            state, vectors = build(n, algorithm, rng)
+            rng.bit_generator.state = after
             count = args.searches if algorithm == "bfs" else max(20, args.searches // 5)
-            rate = time_engine(state, requests(n, vectors, rng, count))
-            reference = LIBRARY_REFERENCE[algorithm][n] if n in LIBRARY_REFERENCE[
-                algorithm] else float("nan")
-            print(f"{algorithm:>9} {n:>9} {rate:>10.1f} {reference:>10.0f} "
-                  f"{rate / reference:>7.1f}x")
+            reqs = requests(world, rng, count)
+            lib_count = min(count, library_count(algorithm, n, args.library_searches))
+            rate, again, ours = time_engine(build(world, algorithm), reqs, lib_count)
+            row = f"{algorithm:>9} {n:>9} {rate:>10.1f} {again:>10.1f}"
+            if measure:
+                lib_rate, theirs = time_library(world, algorithm, reqs[:lib_count])
+                same = agree(ours, theirs, AGREEMENT_TOLERANCE[algorithm])
+                print(f"{row} {lib_rate:>10.2f} {rate / lib_rate:>7.1f}x  "
+                      f"{'same' if same else 'DIFFER'} ({lib_count} library searches)",
+                      flush=True)
+            else:
+                reference = LIBRARY_REFERENCE[algorithm].get(n, float("nan"))
+                print(f"{row} {reference:>10.0f} {rate / reference:>7.1f}x", flush=True)
 
 
 if __name__ == "__main__":

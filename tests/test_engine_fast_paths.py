@@ -1,0 +1,455 @@
+"""The engine's fast paths against slow, simple oracles: the same values, bit for bit.
+
+The oracles are the plain versions the fast paths replaced (token sets, cosine per
+candidate, BFS over `graph.neighbours`, the two-pass featurize, the eager PPR view); every
+comparison is exact: same keys, same order, same float bits.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import struct
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msprlab.engine.bfs import expand_bfs
+from msprlab.engine.config import RetrievalConfig
+from msprlab.engine.graph import ContextGraph, EdgeType, Embedding, MemoryEdge, MemoryNode
+from msprlab.engine.pagerank import pagerank_on, personalized_pagerank, transition
+from msprlab.engine.ppr import _edge_table, _skip_mask, _stable_top, expand_ppr
+from msprlab.engine.rerank import Candidate, featurize, frequency_term, subgraph
+from msprlab.engine.scope import UNVERIFIABLE, Scope, confirmed, conflicts, tenant_skipped
+from msprlab.engine.seeds import seed_score
+from msprlab.engine.text import _tokens_of, cosine, cosines, tokens
+
+T0 = datetime(2026, 1, 1)
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+def bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+def same_floats(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(bits(x) == bits(y) for x, y in zip(a, b, strict=True))
+
+
+# ---- tokens ------------------------------------------------------------------------------
+
+TEXT = st.text(alphabet=st.sampled_from([*"aZ9_ -'\t\n.,éİßΣσ", "\u0307", "ǅ", "²"]),
+               max_size=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXT)
+def test_token_sets_match_the_regex_oracle(text: str) -> None:
+    found = _tokens_of.__wrapped__(text) if text else ()
+    assert sorted(found) == sorted(t.lower() for t in _TOKEN.findall(text))
+    assert tokens(text) == frozenset(t.lower() for t in _TOKEN.findall(text))
+
+
+@pytest.mark.parametrize("text", ["", None, 3, ["a"], "Alice's nut-free MEAL_2", "İx", "a\tb"])
+def test_token_edge_cases(text: Any) -> None:
+    expected = (frozenset(t.lower() for t in _TOKEN.findall(text))
+                if text and isinstance(text, str) else frozenset())
+    assert tokens(text) == expected
+
+
+# ---- cosine ------------------------------------------------------------------------------
+
+FLOATS = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.just(0.0), st.just(-0.0),
+                   st.floats(-1e-300, 1e-300), st.sampled_from([1e-160, 5e-324, 1e200]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(FLOATS, min_size=0, max_size=6),
+       st.lists(st.lists(FLOATS, min_size=0, max_size=6), min_size=1, max_size=8))
+def test_cosines_match_cosine_per_row(query: list[float], rows: list[list[float]]) -> None:
+    with np.errstate(all="ignore"):
+        q = Embedding.of(query)
+        stored = [Embedding.of(r) for r in rows]
+        try:
+            expected: list[float] | type[Exception] = [cosine(q, s) for s in stored]
+        except ZeroDivisionError:
+            expected = ZeroDivisionError
+        if expected is ZeroDivisionError:
+            with pytest.raises(ZeroDivisionError):
+                cosines(q, stored)
+            return
+        got = cosines(q, stored)
+    assert isinstance(expected, list)
+    assert same_floats(got, expected)
+
+
+def test_cosines_on_realistic_vectors() -> None:
+    rng = np.random.default_rng(3)
+    q = Embedding.of(rng.normal(size=64).tolist())
+    stored = [Embedding.of(rng.normal(size=64).tolist()) for _ in range(200)]
+    assert same_floats(cosines(q, stored), [cosine(q, s) for s in stored])
+
+
+# ---- random graphs -----------------------------------------------------------------------
+
+USERS = ["alice", "bob", None]
+
+
+def random_graph(rng: random.Random, n: int, m: int) -> tuple[ContextGraph, dict[str, Any]]:
+    graph = ContextGraph()
+    payloads: dict[str, Any] = {}
+    kinds = list(EdgeType)
+    for i in range(n):
+        mid = f"m{i}"
+        user = rng.choice(USERS)
+        tenant = rng.choice(["t0", "t0", "t1", None])
+        node = MemoryNode(mid, "", T0, T0, user_id=user, tenant_id=tenant,
+                          archived=rng.random() < 0.1,
+                          relevance=rng.choice([1.0, 1.3, -0.2, rng.random(), rng.random()]),
+                          access_count=rng.randrange(0, 5))
+        graph.add_node(node)
+        if rng.random() < 0.9:
+            graph.set_embedding(mid, [rng.uniform(-1, 1) for _ in range(4)])
+        if rng.random() < 0.9:
+            words = " ".join(rng.choice(["Alice", "seat", "nut-free", "w1", "w2"])
+                             for _ in range(4))
+            payloads[mid] = {"data": words, "hash": "", "user_id": user, "score": None}
+    for _ in range(m):
+        src, dst = f"m{rng.randrange(n)}", f"m{rng.randrange(n + 2)}"  # a few bare nodes
+        weight = rng.choice([0.0, 0.1, 0.5, 1.0, 1.4, rng.random(), rng.random()])
+        graph.upsert_edge(MemoryEdge(src, dst, rng.choice(kinds), weight, T0, T0))
+    for edge in list(graph.edges())[: m // 10]:
+        if rng.random() < 0.5:
+            graph.remove_edge(edge)
+    return graph, payloads
+
+
+def random_scope(rng: random.Random) -> Scope:
+    return rng.choice([{}, {"user_id": "alice"}, {"user_id": "bob"}, {"user_id": UNVERIFIABLE},
+                       {"user_id": "alice", "agent_id": "x"}])
+
+
+def random_seeds(rng: random.Random, n: int) -> dict[str, dict[str, Any]]:
+    seeds: dict[str, dict[str, Any]] = {}
+    for _ in range(rng.randrange(1, 5)):
+        sid = f"m{rng.randrange(n + 3)}"  # may be missing from the graph
+        seeds[sid] = {"id": sid, "memory": "Alice seat", "score": rng.choice([0.9, 0.4, 0.0])}
+    return seeds
+
+
+# ---- BFS ---------------------------------------------------------------------------------
+
+
+def oracle_bfs(graph: ContextGraph, seeds: Mapping[str, Any], scope: Scope, *, depth: int,
+               max_candidates: int, edge_floor: float, include_archived: bool,
+               priors: Mapping[EdgeType, float] | None = None,
+               ) -> tuple[dict[str, float], dict[tuple[str, str, str], float]]:
+    """expand_bfs as it was: `graph.neighbours` per frontier node."""
+    max_candidates = max(1, max_candidates)
+    reach = dict.fromkeys(seeds, 1.0)
+    edges_used: dict[tuple[str, str, str], float] = {}
+    frontier = [(sid, 1.0) for sid in seeds]
+    out_of_scope: set[str] = set()
+    judged: set[str] = set()
+    for _ in range(max(0, depth)):
+        if not frontier or len(reach) >= max_candidates:
+            break
+        next_frontier: list[tuple[str, float]] = []
+        for node_id, accum in frontier:
+            for edge in graph.neighbours(node_id, min_weight=edge_floor,
+                                         include_archived=include_archived):
+                other = edge.dst if edge.src == node_id else edge.src
+                if other == node_id:
+                    continue
+                if scope and other not in seeds:
+                    if other not in judged and other not in reach:
+                        judged.add(other)
+                        if conflicts(graph.get(other), scope):
+                            out_of_scope.add(other)
+                    if other in out_of_scope:
+                        continue
+                weight = edge.weight * priors.get(edge.type, 1.0) if priors else edge.weight
+                propagated = accum * max(0.0, min(1.0, weight))
+                if propagated <= 0.0:
+                    continue
+                current = reach.get(other)
+                if current is None or current < propagated:
+                    reach[other] = propagated
+                    next_frontier.append((other, propagated))
+                edges_used.setdefault((edge.src, edge.dst, edge.type.value), edge.weight)
+                if len(reach) >= max_candidates:
+                    break
+            if len(reach) >= max_candidates:
+                break
+        frontier = next_frontier
+    return reach, edges_used
+
+
+def test_adjacent_lists_neighbours_without_self_loops() -> None:
+    rng = random.Random(1)
+    graph, _ = random_graph(rng, 30, 120)
+    graph.upsert_edge(MemoryEdge("m1", "m1", EdgeType.CAUSAL, 0.5, T0, T0))
+    for node_id in [*graph.nodes, "absent"]:
+        expected = [e for e in graph.neighbours(node_id, min_weight=-1.0, include_archived=True)
+                    if e.src != e.dst]
+        others, edges, keys = graph.adjacent(node_id)
+        assert list(edges) == expected and len(others) == len(keys) == len(edges)
+        for other, edge, key in zip(others, edges, keys, strict=True):
+            assert other == (edge.dst if edge.src == node_id else edge.src)
+            assert key == (edge.src, edge.dst, edge.type.value)
+    before = graph.adjacent("m1")[1]
+    graph.upsert_edge(MemoryEdge("m1", "m2", EdgeType.REFINES, 0.5, T0, T0))
+    assert len(graph.adjacent("m1")[1]) == len(before) + 1  # the version change dropped the cache
+
+
+@pytest.mark.parametrize("case", range(60))
+def test_bfs_matches_the_neighbours_oracle(case: int) -> None:
+    rng = random.Random(case)
+    graph, _ = random_graph(rng, rng.randrange(5, 40), rng.randrange(0, 150))
+    seeds = random_seeds(rng, len(graph.nodes))
+    kwargs: dict[str, Any] = {
+        "depth": rng.randrange(0, 4), "max_candidates": rng.choice([1, 3, 8, 50]),
+        "edge_floor": rng.choice([0.0, 0.1, 0.5]), "include_archived": rng.random() < 0.3,
+        "priors": rng.choice([None, {}, {EdgeType.CAUSAL: 2.0, EdgeType.REFINES: 0.5}])}
+    scope = random_scope(rng)
+    reach, edges = expand_bfs(graph, seeds, scope, **kwargs)
+    want_reach, want_edges = oracle_bfs(graph, seeds, scope, **kwargs)
+    assert list(reach) == list(want_reach) and same_floats(list(reach.values()),
+                                                           list(want_reach.values()))
+    assert list(edges.items()) == list(want_edges.items())
+
+
+# ---- featurize ---------------------------------------------------------------------------
+
+
+def oracle_featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
+                     seeds: Mapping[str, Any], reach: Mapping[str, float],
+                     query_embedding: Embedding | None, resolver: Any, personal: Any,
+                     success: Any, tenant_id: str | None, sub_tenant_id: str | None,
+                     scope: Scope) -> list[Candidate]:
+    """featurize as it was: two passes, one cosine and one regex tokenization per candidate."""
+    def overlap(query_tokens: frozenset[str], text: object) -> float:
+        if not query_tokens:
+            return 0.0
+        doc = (frozenset(t.lower() for t in _TOKEN.findall(text))
+               if text and isinstance(text, str) else frozenset())
+        return len(query_tokens & doc) / len(query_tokens) if doc else 0.0
+
+    missing = [cid for cid in reach if cid not in seeds]
+    resolved: dict[str, Any] = {}
+    if missing and resolver is not None:
+        resolved = {cid: p for cid, p in resolver(missing).items() if p}
+    query_tokens = frozenset(t.lower() for t in _TOKEN.findall(query))
+    candidates: list[Candidate] = []
+    for cid, reach_score in reach.items():
+        was_seed = cid in seeds
+        payload = seeds[cid] if was_seed else resolved.get(cid)
+        node = graph.get(cid)
+        if scope and not was_seed and not confirmed(payload, node, scope):
+            continue
+        if payload is None:
+            payload = {"id": cid, "memory": "", "score": 0.0}
+        if (tenant_id is not None or sub_tenant_id is not None) and tenant_skipped(
+                node, tenant_id, sub_tenant_id):
+            continue
+        dense = float(payload.get("score") or 0.0)
+        if not was_seed and query_embedding is not None:
+            stored = graph.embeddings.get(cid)
+            if stored is not None:
+                dense = max(dense, cosine(query_embedding, stored))
+        candidates.append(Candidate(
+            id=cid, payload=payload, was_seed=was_seed, dense=dense,
+            lexical=overlap(query_tokens, payload.get("memory", "")),
+            graph=float(reach_score), frequency=0.0, personal=0.0, success=0.0,
+            relevance=1.0 if node is None else max(0.0, min(1.0, node.relevance))))
+    peak = graph.peak_access_count() if cfg.epsilon_frequency > 0 else 0
+    for c in candidates:
+        node = graph.get(c.id)
+        if node is not None and cfg.epsilon_frequency > 0:
+            c.frequency = frequency_term(node.access_count, peak)
+        if personal is not None and cfg.delta_personal > 0:
+            c.personal = max(-1.0, min(1.0, personal(c.id)))
+        if success is not None and cfg.zeta_success > 0:
+            c.success = max(0.0, min(1.0, success(c.id)))
+        c.score = (cfg.alpha_dense * c.dense + cfg.beta_bm25 * c.lexical
+                   + cfg.gamma_graph * c.graph + cfg.epsilon_frequency * c.frequency
+                   + cfg.delta_personal * c.personal + cfg.zeta_success * c.success
+                   ) * c.relevance
+    return candidates
+
+
+def candidate_bits(c: Candidate) -> tuple[Any, ...]:
+    floats = (c.dense, c.lexical, c.graph, c.frequency, c.personal, c.success, c.relevance,
+              c.score)
+    return (c.id, c.payload, c.was_seed, *map(bits, floats))
+
+
+@pytest.mark.parametrize("case", range(100))
+def test_featurize_matches_the_two_pass_oracle(case: int) -> None:
+    rng = random.Random(100 + case)
+    graph, payloads = random_graph(rng, rng.randrange(5, 40), rng.randrange(0, 150))
+    seeds = random_seeds(rng, len(graph.nodes))
+    scope = random_scope(rng)
+    reach, _ = expand_bfs(graph, seeds, scope, depth=2, max_candidates=30, edge_floor=0.1,
+                          include_archived=rng.random() < 0.5)
+    for cid in list(reach)[:3]:  # odd reach values: ints and exact zeros
+        reach[cid] = rng.choice([0, 1, 0.25, -0.0])
+
+    def resolver(ids: list[str]) -> dict[str, Any]:
+        return {cid: ({**payloads[cid], "id": cid, "memory": payloads[cid]["data"]}
+                      if rng.random() < 0.9 else {}) for cid in ids if cid in payloads}
+
+    table = {f"m{i}": rng.choice([0.0, -2.0, 3.0, float("nan"), rng.uniform(-1, 1),
+                                  rng.random()]) for i in range(40)}
+    cfg = RetrievalConfig(alpha_dense=rng.random(), beta_bm25=rng.random(),
+                          gamma_graph=rng.random(), delta_personal=rng.choice([0.0, rng.random()]),
+                          epsilon_frequency=rng.choice([0.0, rng.random()]),
+                          zeta_success=rng.choice([0.0, rng.random()]))
+    kwargs: dict[str, Any] = {
+        "query": rng.choice(["Which seat does Alice like?", "", "w1 W2 nut"]),
+        "seeds": seeds, "reach": reach,
+        "query_embedding": rng.choice([None, Embedding.of([0.5, -0.1, 0.3, 0.9]),
+                                       Embedding.of([0.0, 0.0, 0.0, 0.0])]),
+        "personal": rng.choice([None, lambda mid: table.get(mid, 0.0)]),
+        "success": rng.choice([None, lambda mid: table.get(mid, 0.0)]),
+        "tenant_id": rng.choice([None, "t0"]), "sub_tenant_id": None, "scope": scope}
+    state = rng.getstate()
+    got = featurize(graph, cfg, resolver=resolver, **kwargs)
+    rng.setstate(state)  # the resolver draws: give both sides the same answers
+    want = oracle_featurize(graph, cfg, resolver=resolver, **kwargs)
+    assert [candidate_bits(c) for c in got] == [candidate_bits(c) for c in want]
+
+
+# ---- PPR ---------------------------------------------------------------------------------
+
+
+def oracle_ppr(graph: ContextGraph, seeds: Mapping[str, Any], scope: Scope, *,
+               max_candidates: int, edge_floor: float, include_archived: bool,
+               damping: float, max_iter: int, tolerance: float, undirected: bool = False,
+               ) -> tuple[dict[str, float], dict[tuple[str, str, str], float], list[str]]:
+    """expand_ppr as it was: the view built per search, every view edge in a dict."""
+    table = _edge_table(graph)
+    n_graph = len(table.ids)
+    seed_pos = [table.position.get(sid, -1) for sid in seeds]
+    keep = np.zeros(n_graph, dtype=bool)
+    keep[[p for p in seed_pos if p >= 0]] = True
+    skip = _skip_mask(table, scope, keep, include_archived)
+    mask = (table.weight >= edge_floor) & ~skip[table.src] & ~skip[table.dst]
+    kept = np.flatnonzero(mask)
+    ks, kd, kw = table.src[kept], table.dst[kept], table.weight[kept]
+    edges_used = {(e.src, e.dst, e.type.value): e.weight
+                  for e in (table.edges[i] for i in kept)}
+    endpoints = np.empty(2 * ks.size, dtype=np.int64)
+    endpoints[0::2], endpoints[1::2] = ks, kd
+    uniq, first = np.unique(endpoints, return_index=True)
+    order = uniq[np.argsort(first, kind="stable")]
+    local = np.full(n_graph, -1, dtype=np.int64)
+    local[order] = np.arange(order.size)
+    view_ids = [table.ids[i] for i in order]
+    for sid in seeds:
+        if sid not in view_ids:
+            view_ids.append(sid)
+    n_view = len(view_ids)
+    src, dst, weight = local[ks], local[kd], kw
+    if undirected:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        weight = np.concatenate([weight, weight])
+    pair = src * max(n_view, 1) + dst
+    uniq_pair, first_at, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    best = np.full(uniq_pair.size, -np.inf)
+    np.maximum.at(best, inverse, weight)
+    pair_src, pair_dst = src[first_at], dst[first_at]
+    edge_order = np.lexsort((first_at, pair_src))
+    raw = np.array([max(0.0, seed_score(p)) for p in seeds.values()])
+    total = 0.0
+    for value in raw:
+        total += value
+    seed_mass = raw / total if total > 0.0 else np.full(len(seeds), 1.0 / len(seeds))
+    personalization = np.zeros(n_view)
+    for sid, mass in zip(seeds, seed_mass, strict=True):
+        personalization[view_ids.index(sid)] = mass
+    reach = dict.fromkeys(seeds, 1.0)
+    result = personalized_pagerank(
+        n_view, pair_src[edge_order], pair_dst[edge_order], best[edge_order], personalization,
+        alpha=damping, max_iter=max_iter, tol=tolerance)
+    if result.scores is None:
+        return reach, edges_used, [f"ppr: pagerank failed ({result.error}); ranking seeds only"]
+    scores = result.scores
+    non_seed = [i for i in np.argsort(-scores, kind="stable") if view_ids[i] not in reach]
+    for i in non_seed[:max(0, max(1, max_candidates) - len(reach))]:
+        if scores[i] > 0:
+            reach[view_ids[i]] = float(scores[i])
+    return reach, edges_used, []
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_ppr_matches_the_eager_oracle(case: int) -> None:
+    rng = random.Random(200 + case)
+    graph, _ = random_graph(rng, rng.randrange(3, 40), rng.randrange(0, 150))
+    kwargs: dict[str, Any] = {
+        "max_candidates": rng.choice([1, 5, 50]), "edge_floor": rng.choice([0.0, 0.1, 0.5]),
+        "include_archived": rng.random() < 0.3, "damping": 0.85,
+        "max_iter": rng.choice([200, 3]), "tolerance": 1e-6, "undirected": rng.random() < 0.3}
+    scope = random_scope(rng)
+    for _ in range(3):  # repeated searches of one shape reuse the cached view
+        seeds = random_seeds(rng, len(graph.nodes))
+        reach, edges, notes = expand_ppr(graph, seeds, scope, **kwargs)
+        want_reach, want_edges, want_notes = oracle_ppr(graph, seeds, scope, **kwargs)
+        assert list(reach) == list(want_reach)
+        assert same_floats(list(reach.values()), list(want_reach.values()))
+        assert notes == want_notes
+        candidates = [Candidate(cid, {}, False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+                      for cid in reach if rng.random() < 0.8]
+        assert subgraph(edges, candidates, scope) == subgraph(want_edges, candidates, scope)
+        assert list(edges.items()) == list(want_edges.items())  # the lazy mapping, in full
+        assert subgraph(edges, candidates, scope) == subgraph(want_edges, candidates, scope)
+
+
+def test_ppr_view_cache_is_not_used_for_a_seed_that_it_skips() -> None:
+    graph, _ = random_graph(random.Random(7), 30, 120)
+    bob = next(n for n in graph.nodes.values() if n is not None and n.user_id == "bob"
+               and not n.archived)
+    kwargs: dict[str, Any] = {"max_candidates": 50, "edge_floor": 0.0, "include_archived": False,
+                              "damping": 0.85, "max_iter": 200, "tolerance": 1e-6}
+    scope: Scope = {"user_id": "alice"}
+    for seeds in ({"m0": {"id": "m0", "score": 0.5}}, {bob.id: {"id": bob.id, "score": 0.5}},
+                  {"m0": {"id": "m0", "score": 0.5}}):
+        reach, edges, _ = expand_ppr(graph, seeds, scope, **kwargs)
+        want_reach, want_edges, _ = oracle_ppr(graph, seeds, scope, **kwargs)
+        assert list(reach.items()) == list(want_reach.items())
+        assert list(edges.items()) == list(want_edges.items())
+
+
+def test_transition_with_isolated_nodes_matches_a_fresh_pagerank() -> None:
+    rng = np.random.default_rng(5)
+    n, m = 300, 1200
+    flat = rng.choice(n * n, size=m, replace=False)
+    src, dst = flat // n, flat % n
+    weight = 1.0 - rng.random(m)
+    base = transition(n, src, dst, weight)
+    for extra in (0, 1, 4):
+        p = np.zeros(n + extra)
+        p[rng.choice(n + extra, size=5, replace=False)] = rng.random(5)
+        got = pagerank_on(base.with_isolated(extra), p, alpha=0.85, max_iter=200, tol=1e-6)
+        want = personalized_pagerank(n + extra, src, dst, weight, p, alpha=0.85,
+                                     max_iter=200, tol=1e-6)
+        assert got.iterations == want.iterations and got.error == want.error
+        assert got.scores is not None and want.scores is not None
+        assert got.scores.tobytes() == want.scores.tobytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 0.5, 0.25, 1.0, -1.0, 3.0, math.inf, -math.inf]),
+                max_size=40), st.integers(0, 45))
+def test_stable_top_is_a_prefix_of_the_stable_argsort(values: list[float], m: int) -> None:
+    array = np.array(values, dtype=np.float64)
+    full = np.argsort(array, kind="stable")
+    top = _stable_top(array, m)
+    assert top.size >= min(m, array.size)
+    assert np.array_equal(top, full[:top.size])
