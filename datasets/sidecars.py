@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from .atomic import pid_alive, write_json_atomic
 from .dense_index import QdrantIndex
 from .schema import Dataset
 from .synthetic import SIGNALS, SyntheticSpec, SyntheticTruth
@@ -165,23 +165,13 @@ def _swap_in(new: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _sweep_stale(folder: Path, name: str) -> None:
     """Remove the temp folders of builds of `name` killed before they finished (their
     process is gone)."""
     pattern = re.compile(rf"^\.{re.escape(name)}\.(\d+)\..*\.tmp$")
     for entry in folder.iterdir():
         match = pattern.match(entry.name)
-        if match and entry.is_dir() and not _pid_alive(int(match.group(1))):
+        if match and entry.is_dir() and not pid_alive(int(match.group(1))):
             shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -203,14 +193,5 @@ def truth_record(truth: SyntheticTruth, spec: SyntheticSpec, *, seed: int,
 
 
 def write_truth(path: Path, record: dict[str, Any]) -> None:
-    """Write `record` as JSON to `path` through a temp file, so nothing half-written remains."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write `record` as JSON to `path`, all or nothing."""
+    write_json_atomic(path, record)

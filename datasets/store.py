@@ -33,6 +33,7 @@ import duckdb
 import polars as pl
 from polars.datatypes import DataTypeClass
 
+from .atomic import pid_alive
 from .schema import EVENT_KINDS, MANIFEST, TABLES, Dataset
 from .validate import validate
 
@@ -97,22 +98,12 @@ def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _sweep_stale(path: Path) -> None:
     """Remove temp files that killed ingests left beside `path` (their process is gone)."""
     pattern = re.compile(rf"^\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]+\.tmp(\.wal)?$")
     for entry in path.parent.iterdir():
         match = pattern.match(entry.name)
-        if match and not _pid_alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             entry.unlink(missing_ok=True)
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from msprlab.datasets.atomic import write_json_atomic
 from msprlab.datasets.scenario import ScenarioError, load_scenario
 from msprlab.experiments.ingest_cli import add_ingest_commands
 
@@ -26,19 +25,6 @@ def _scenario_files(target: Path) -> list[Path]:
     if target.is_dir():
         return sorted(target.glob("*.json"))
     return [target]
-
-
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON through a temp file in the same folder, so nothing half-written remains."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _run_one(path: Path, engine: str, with_subgraph: bool) -> dict[str, Any]:
@@ -108,7 +94,7 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
         if args.out is None:
             print_output(console, output)
         else:
-            _write_atomic(args.out / f"{path.stem}.out.json", output)
+            write_json_atomic(args.out / f"{path.stem}.out.json", output)
     if args.out is not None:
         console.print(f"wrote {len(outputs)} output file(s) to {args.out}")
     return EXIT_OK
