@@ -7,6 +7,7 @@ the full LoCoMo run with embeddings is marked slow.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -22,6 +23,10 @@ from msprlab.datasets.sources.locomo import LOCOMO_PATH, locomo_anomalies
 from msprlab.datasets.store import load_dataset, manifest
 from msprlab.datasets.synthetic import SIGNALS, PlantedWeights
 from msprlab.experiments.cli import main
+
+HAVE_WORDLLAMA = importlib.util.find_spec("wordllama") is not None  # msprlab[wordllama]
+NEEDS_WORDLLAMA = pytest.mark.skipif(not HAVE_WORDLLAMA, reason="needs msprlab[wordllama]")
+WITHOUT_WORDLLAMA = pytest.mark.skipif(HAVE_WORDLLAMA, reason="checks the missing-extra hint")
 
 SYNTHETIC = ["--users", "2", "--memories", "12", "--queries", "2", "--searches", "30"]
 
@@ -174,7 +179,10 @@ def test_locomo_log_is_deterministic_for_a_seed(mini, tmp_path):
     (["--noise", "1.5"], "`0 <= noise <= 1` must hold, but got 1.5"),
     (["--searches", "0"], "`n_searches >= 1` must hold, but got 0"),
     (["--mean-gap-seconds", "0"], "`mean_gap_seconds > 0` must hold, but got 0.0"),
-    (["--embedder", "wordllama", "--dim", "100"], "WordLlamaEmbedder.dim must be one of"),
+    pytest.param(["--embedder", "wordllama", "--dim", "100"],
+                 "WordLlamaEmbedder.dim must be one of", marks=NEEDS_WORDLLAMA),
+    pytest.param(["--embedder", "wordllama"], "WordLlamaEmbedder requires wordllama",
+                 marks=WITHOUT_WORDLLAMA),
 ])
 def test_bad_log_options_exit_2_before_any_work(mini, tmp_path, capsys, extra, message):
     store = tmp_path / "s.duckdb"
