@@ -37,8 +37,6 @@ class ScenarioMemory:
     sub_tenant_id: str | None
     role: Any
     allowed_roles: Any
-    has_role: bool
-    has_allowed_roles: bool
     metadata: dict[str, Any]
     embedding: list[float] | None
     created_at: datetime
@@ -318,7 +316,6 @@ def _memory(reader: _Reader, now: datetime) -> ScenarioMemory:
         tenant_id=m.get("tenant_id", "opt_str"),
         sub_tenant_id=m.get("sub_tenant_id", "opt_str"),
         role=m.value.get("role"), allowed_roles=m.value.get("allowed_roles"),
-        has_role="role" in m.value, has_allowed_roles="allowed_roles" in m.value,
         metadata=dict(metadata),
         embedding=m.child("embedding").vector(allow_null=True),
         created_at=created, updated_at=updated,
