@@ -24,6 +24,8 @@ from msprlab.datasets.store import load_dataset, manifest
 from msprlab.datasets.synthetic import SIGNALS, PlantedWeights
 from msprlab.experiments.cli import main
 
+from locomo_excerpt import locomo_excerpt
+
 HAVE_WORDLLAMA = importlib.util.find_spec("wordllama") is not None  # msprlab[wordllama]
 NEEDS_WORDLLAMA = pytest.mark.skipif(not HAVE_WORDLLAMA, reason="needs msprlab[wordllama]")
 WITHOUT_WORDLLAMA = pytest.mark.skipif(HAVE_WORDLLAMA, reason="checks the missing-extra hint")
@@ -39,14 +41,7 @@ def flat(text: str) -> str:
 @pytest.fixture(scope="module")
 def mini(tmp_path_factory) -> Path:
     """The first two conversations cut to sessions 1-3 and the questions they answer."""
-    samples = json.loads(LOCOMO_PATH.read_bytes())
-    out = []
-    for sample in samples[:2]:
-        conversation = {k: v for k, v in sample["conversation"].items()
-                        if not (m := re.fullmatch(r"session_(\d+)(_date_time)?", k))
-                        or int(m.group(1)) <= 3}
-        out.append({"sample_id": sample["sample_id"], "conversation": conversation,
-                    "qa": sample["qa"][:8]})
+    out = locomo_excerpt(json.loads(LOCOMO_PATH.read_bytes()), questions=8)
     path = tmp_path_factory.mktemp("locomo") / "mini.json"
     path.write_text(json.dumps(out))
     return path

@@ -28,6 +28,8 @@ from msprlab.engine.config import EdgesConfig
 from msprlab.engine.edges import EdgeBuilder
 from msprlab.engine.graph import ContextGraph
 
+from locomo_excerpt import locomo_excerpt
+
 DATA = LOCOMO_PATH.parent
 SHA256 = "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
 
@@ -49,14 +51,7 @@ def samples() -> list[dict[str, Any]]:
 
 def mini_samples(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The first two conversations cut to sessions 1-3 and five questions each."""
-    out = []
-    for sample in samples[:2]:
-        conversation = {k: v for k, v in sample["conversation"].items()
-                        if not (m := re.fullmatch(r"session_(\d+)(_date_time)?", k))
-                        or int(m.group(1)) <= 3}
-        out.append({"sample_id": sample["sample_id"], "conversation": conversation,
-                    "qa": sample["qa"][:5]})
-    return out
+    return locomo_excerpt(samples, questions=5)
 
 
 def write(tmp_path: Path, data: Any, name: str = "mini.json") -> Path:
