@@ -33,12 +33,14 @@ SUFFIXES: dict[str, tuple[str, ...]] = {
     "memories": (".jsonl", ".parquet"), "queries": (".jsonl", ".parquet"),
     "qrels": (".jsonl", ".parquet", ".tsv"), "events": (".jsonl", ".parquet"),
     "edges": (".jsonl", ".parquet"), "embeddings": (".jsonl", ".parquet"),
+    "query_embeddings": (".jsonl", ".parquet"),
 }
 # Fields every record must carry (non-null). All other columns of the schema are optional.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "memories": ("memory_id", "text"), "queries": ("query_id", "text"),
     "qrels": ("query_id", "memory_id", "relevance"), "events": ("ts", "kind"),
     "edges": ("src", "dst", "type", "weight"), "embeddings": ("memory_id", "embedder", "vector"),
+    "query_embeddings": ("query_id", "embedder", "vector"),
 }
 _OBJECT_COLUMNS = frozenset({"metadata", "filters"})  # a JSON object, stored as its text
 _TABLE_LIKE = frozenset({".json", ".jsonl", ".ndjson", ".parquet", ".tsv", ".csv"})

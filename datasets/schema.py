@@ -27,19 +27,27 @@ MEMORIES = pl.Schema({
 EMBEDDINGS = pl.Schema({"memory_id": pl.String, "embedder": pl.String,
                         "vector": pl.List(pl.Float32)})
 
+# The query vectors a log's dense seeds were computed from, so a replay finds the same seeds.
+QUERY_EMBEDDINGS = pl.Schema({"query_id": pl.String, "embedder": pl.String,
+                              "vector": pl.List(pl.Float32)})
+
 EDGES = pl.Schema({"src": pl.String, "dst": pl.String, "type": pl.String,
                    "weight": pl.Float64, "created_at": TS, "updated_at": TS,
                    "evidence": pl.String})
 
+# The order is the tie-break for events that share a timestamp (`order_events`): memory
+# events, then the search, then what follows it. `access` is the library's access counter
+# (`record_access`: one per result a search returned, when frequency counting is on);
+# `click` is a user opening a shown memory, which changes no engine state.
 EVENT_KINDS = ("memory_added", "memory_updated", "memory_deleted", "search", "feedback",
-               "access")
+               "access", "click")
 
 EVENTS = pl.Schema({
     "event_id": pl.Int64,   # dense 0..n-1 in timeline order
     "ts": TS, "seq": pl.Int64,
     "kind": pl.Enum(EVENT_KINDS),
-    "memory_id": pl.String,  # memory_* / feedback / access
-    "query_id": pl.String,   # search / feedback (the query the verdict was about)
+    "memory_id": pl.String,  # memory_* / feedback / access / click
+    "query_id": pl.String,   # search / feedback / access / click: the search it followed
     "user_id": pl.String, "agent_id": pl.String, "run_id": pl.String,
     "query": pl.String,      # search / feedback text
     "filters": pl.String,    # search: JSON object
@@ -61,7 +69,7 @@ MANIFEST = pl.Schema({"source": pl.String, "version": pl.String, "digest": pl.St
 
 TABLES: dict[str, pl.Schema] = {
     "memories": MEMORIES, "embeddings": EMBEDDINGS, "edges": EDGES, "events": EVENTS,
-    "queries": QUERIES, "qrels": QRELS,
+    "queries": QUERIES, "qrels": QRELS, "query_embeddings": QUERY_EMBEDDINGS,
 }
 
 
@@ -86,6 +94,7 @@ class Dataset:
     events: pl.DataFrame = field(default_factory=lambda: empty(EVENTS))
     queries: pl.DataFrame = field(default_factory=lambda: empty(QUERIES))
     qrels: pl.DataFrame = field(default_factory=lambda: empty(QRELS))
+    query_embeddings: pl.DataFrame = field(default_factory=lambda: empty(QUERY_EMBEDDINGS))
 
     def tables(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in TABLES}

@@ -20,16 +20,23 @@ event log, in a closed loop through the engine:
    agent_id and run_id equal) that exist at that time, top 10, ties in memory order.
 4. **Search.** The engine's `search` runs on the state built so far; its results, cut to
    `limit`, are the shown ranking (a `search` event).
-5. **Reaction.** The click model reads the graded relevance of each shown memory (0 when
-   unjudged) and draws clicks; the i-th click (top-down) is an `access` event 20 s x (i + 1)
+5. **Access.** When the logging ranker counts accesses (MSPR and `mspr.frequency` on, the
+   graph path taken), the engine bumped the access count of every result it returned; each
+   bump is an `access` event at the search's timestamp (after the search on the timeline),
+   so a replay in `logged` frequency mode can apply exactly the counts the log produced.
+6. **Reaction.** The click model reads the graded relevance of each shown memory (0 when
+   unjudged) and draws clicks; the i-th click (top-down) is a `click` event 20 s x (i + 1)
    after the search. The verdict model judges clicked memories: a `feedback` event 5 s after
-   its access, applied to the state with `record_feedback`, so later searches see it
+   its click, applied to the state with `record_feedback`, so later searches see it
    (personal boost, relevance bump, success history).
 
-Access events carry the query_id of the search that showed the memory. Randomness comes
-from one `numpy.random.Generator` seeded by `seed`, so the same inputs give identical
-frames. Events at the same timestamp are ordered memory events first, then search,
-feedback, access; `seq` and `event_id` are both the position on that timeline.
+Access, click and feedback events carry the query_id of the search that showed the memory.
+The query vectors are stored with the log (`query_embeddings`, float32 like the memory
+embeddings) and the simulation uses them as stored, so a replay finds the same seeds.
+Randomness comes from one `numpy.random.Generator` seeded by `seed`, so the same inputs
+give identical frames. Events at the same timestamp are ordered as `schema.EVENT_KINDS`
+(memory events, search, feedback, access, click); `seq` and `event_id` are both the
+position on that timeline.
 """
 
 from __future__ import annotations
@@ -38,54 +45,52 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
-from scipy import sparse
 
 from msprlab.engine import (
     EngineConfig,
     SearchError,
     SearchRequest,
     Seed,
-    archive,
     new_state,
     record_feedback,
     search,
 )
 from msprlab.engine.config import as_dict
-from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
 from msprlab.engine.state import EngineState
 
 from .clicks import ClickModel, VerdictModel
-from .schema import EVENTS, Dataset
+from .schema import EVENTS, QUERY_EMBEDDINGS, Dataset
+from .timeline import (
+    Corpus,
+    Timeline,
+    corpus_of,
+    owner_cosine_seeds,
+    project_queries,
+    to_datetime,
+    to_us,
+    token_incidence,
+    unit_rows,
+)
 
 __all__ = ["SeedsFn", "memory_events", "order_events", "simulate_log", "token_incidence"]
 
 SeedsFn = Callable[[str], Sequence[tuple[str, float]]]
 
-DEFAULT_SEEDS = 10
 CLICK_STEP_US = 20_000_000   # the i-th click of a session, 20 s x (i + 1) after the search
-VERDICT_DELAY_US = 5_000_000  # a verdict, 5 s after its access
+VERDICT_DELAY_US = 5_000_000  # a verdict, 5 s after its click
 SESSION_GAP_US = 1_000_000    # the next search, at least 1 s after the previous session
-_EPOCH = datetime(1970, 1, 1)
 # Query text as typed again: same hash_query (strip + lower), different strings.
 _VARIANTS: tuple[Callable[[str], str], ...] = (
     lambda q: q, str.lower, str.upper, lambda q: " " + q, lambda q: q + "  ",
     lambda q: "\t" + q.lower() + " ")
 _VARIANT_P = (0.5, 0.1, 0.1, 0.1, 0.1, 0.1)
 _MEMORY_KINDS = ("memory_added", "memory_deleted")
-
-
-def _to_datetime(us: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=int(us))
-
-
-def _to_us(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 def memory_events(memories: pl.DataFrame) -> pl.DataFrame:
@@ -117,227 +122,6 @@ def order_events(events: pl.DataFrame) -> pl.DataFrame:
     return ordered.drop("_order").with_columns(
         event_id=pl.int_range(n, dtype=pl.Int64), seq=pl.int_range(n, dtype=pl.Int64)
     ).select(list(EVENTS))
-
-
-# ---- the corpus as arrays -----------------------------------------------------------------
-@dataclass(frozen=True)
-class _Corpus:
-    """Memories, owner scopes and query facts, as arrays indexed by row."""
-
-    memory_ids: list[str]
-    vectors: npt.NDArray[np.float64] | None      # (n_memories, dim), unit rows or zero
-    has_vector: npt.NDArray[np.bool_]
-    query_ids: list[str]
-    query_texts: list[str]
-    owners: list[tuple[str | None, str | None, str | None]]
-    scope_rows: list[npt.NDArray[np.int64]]     # per query: memory rows in its owner scope
-    answerable_us: npt.NDArray[np.float64]      # per query; inf when never answerable
-    grades: list[dict[str, int]]                # per query: memory id -> relevance
-
-
-def _single_embedder(embeddings: pl.DataFrame) -> pl.DataFrame:
-    names = embeddings["embedder"].unique().sort().to_list()
-    if len(names) > 1:
-        raise ValueError(f"embeddings hold vectors of {len(names)} embedders {names}; keep "
-                         "one: dataset.embeddings.filter(pl.col('embedder') == name)")
-    return embeddings
-
-
-def _corpus(ds: Dataset) -> _Corpus:
-    memories = ds.memories
-    ids = memories["memory_id"].to_list()
-    row_of = {m: i for i, m in enumerate(ids)}
-    if len(row_of) != len(ids):
-        raise ValueError("memories: memory_id must be unique")
-    vectors = None
-    has_vector = np.zeros(len(ids), dtype=bool)
-    embeddings = _single_embedder(ds.embeddings)
-    if embeddings.height:
-        rows = np.array([row_of.get(m, -1) for m in embeddings["memory_id"].to_list()])
-        if (rows < 0).any():
-            bad = embeddings["memory_id"][int(np.argmax(rows < 0))]
-            raise ValueError(f"embeddings: memory_id {bad!r} is not in memories")
-        matrix = _unit(np.asarray(embeddings["vector"].to_list(), dtype=np.float64))
-        vectors = np.zeros((len(ids), matrix.shape[1]))
-        vectors[rows] = matrix
-        has_vector[rows] = True
-    if memories["created_at"].null_count():
-        raise ValueError("memories: created_at must be set on every memory (the timeline "
-                         "adds a memory at its created_at)")
-    created = memories["created_at"].cast(pl.Int64).to_numpy()
-    owner_cols = [memories[c].to_numpy() for c in ("user_id", "agent_id", "run_id")]
-    queries = ds.queries
-    owners = list(zip(queries["user_id"].to_list(), queries["agent_id"].to_list(),
-                      queries["run_id"].to_list(), strict=True))
-    scopes: dict[tuple[str | None, str | None, str | None], npt.NDArray[np.int64]] = {}
-    for owner in dict.fromkeys(owners):
-        if owner == (None, None, None):
-            raise ValueError("queries: every query needs a user_id, agent_id or run_id "
-                             "(the library refuses a search without one)")
-        mask = np.ones(len(ids), dtype=bool)
-        for column, value in zip(owner_cols, owner, strict=True):
-            if value is not None:
-                mask &= column == value
-        scopes[owner] = np.flatnonzero(mask)
-    grades: dict[str, dict[str, int]] = {q: {} for q in queries["query_id"].to_list()}
-    evidence: dict[str, int] = {}
-    for qid, mid, rel in ds.qrels.select("query_id", "memory_id", "relevance").iter_rows():
-        if qid not in grades or mid not in row_of:
-            missing = f"query_id {qid!r}" if qid not in grades else f"memory_id {mid!r}"
-            raise ValueError(f"qrels: {missing} is not in the dataset (query {qid!r}, "
-                             f"memory {mid!r})")
-        grades[qid][mid] = int(rel)
-        if rel > 0:
-            evidence[qid] = max(evidence.get(qid, -(1 << 62)), int(created[row_of[mid]]))
-    answerable = np.full(queries.height, np.inf)
-    for i, (qid, owner) in enumerate(zip(queries["query_id"].to_list(), owners, strict=True)):
-        if qid in evidence:
-            answerable[i] = evidence[qid]
-        elif scopes[owner].size:
-            answerable[i] = created[scopes[owner]].min()
-    return _Corpus(ids, vectors, has_vector, queries["query_id"].to_list(),
-                   queries["text"].to_list(), owners, [scopes[o] for o in owners],
-                   answerable, [grades[q] for q in queries["query_id"].to_list()])
-
-
-def token_incidence(texts: pl.Series) -> sparse.csr_matrix:
-    """(n_texts, n_tokens) 0/1 incidence of the lower-cased `\\w+` tokens of each text (the
-    engine's lexical tokens); columns are the distinct tokens in sorted order."""
-    found = (pl.DataFrame({"row": np.arange(texts.len()),
-                           "token": texts.fill_null("").str.extract_all(r"\w+")})
-             .explode("token").drop_nulls()
-             .with_columns(pl.col("token").str.to_lowercase()).unique()
-             .with_columns(column=pl.col("token").rank("dense") - 1))
-    return sparse.csr_matrix(
-        (np.ones(found.height), (found["row"].to_numpy(), found["column"].to_numpy())),
-        shape=(texts.len(), int(found.select(pl.col("column").max()).item() or 0) + 1))
-
-
-def _unit(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Rows scaled to unit L2 norm; zero rows stay zero."""
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    out: npt.NDArray[np.float64] = np.divide(rows, norms, out=np.zeros_like(rows),
-                                             where=norms > 0)
-    return out
-
-
-def _project_queries(ds: Dataset, corpus: _Corpus) -> npt.NDArray[np.float64]:
-    """Query vectors in the memories' embedding space, from the query text alone (no qrels).
-
-    Each token gets the mean embedding of the memories whose text holds it; a query is the
-    idf-weighted sum of its tokens' vectors, normalised (zero when it shares no token with
-    any memory). A stand-in that needs neither the embedder nor a model: pass
-    `query_vectors` to embed queries as the corpus was embedded.
-    """
-    assert corpus.vectors is not None
-    n_memories = ds.memories.height
-    tokens = token_incidence(pl.concat([ds.memories["text"], ds.queries["text"]]))
-    in_memories = tokens[:n_memories][corpus.has_vector]
-    frequency = np.asarray(in_memories.sum(axis=0)).ravel()
-    idf = np.log((1.0 + in_memories.shape[0]) / (1.0 + frequency)) + 1.0
-    weight = np.divide(idf, frequency, out=np.zeros_like(idf), where=frequency > 0)
-    token_vectors = sparse.diags(weight) @ (in_memories.T @ corpus.vectors[corpus.has_vector])
-    return _unit(np.asarray(tokens[n_memories:] @ token_vectors, dtype=np.float64))
-
-
-# ---- the engine state on the timeline -----------------------------------------------------
-def _payload(row: dict[str, Any]) -> dict[str, Any]:
-    """The vector-store row `Memory.add` stores: core fields, owner ids, metadata flat."""
-    text = row["text"] or ""
-    created: datetime = row["created_at"]
-    updated: datetime = row["updated_at"] or created
-    payload: dict[str, Any] = {
-        "data": text, "hash": hashlib.md5(text.encode("utf-8")).hexdigest(),
-        "created_at": created.isoformat(), "updated_at": updated.isoformat()}
-    for key in ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id", "role"):
-        if row[key] is not None:
-            payload[key] = row[key]
-    if row["allowed_roles"] is not None:
-        payload["allowed_roles"] = list(row["allowed_roles"])
-    if row["metadata"]:
-        extra = json.loads(row["metadata"])
-        if not isinstance(extra, dict):
-            raise ValueError(f"memories: metadata of {row['memory_id']!r} is not a JSON object")
-        payload.update(extra)
-    return payload
-
-
-class _Timeline:
-    """Memory additions, edges and deletions, applied to the state in time order."""
-
-    def __init__(self, ds: Dataset, corpus: _Corpus, state: EngineState) -> None:
-        self.state = state
-        self.corpus = corpus
-        self.seedable = np.zeros(len(corpus.memory_ids), dtype=bool)
-        self.rows = ds.memories.to_dicts()
-        created = ds.memories["created_at"].cast(pl.Int64).to_numpy()
-        row_of = {m: i for i, m in enumerate(corpus.memory_ids)}
-        self.edges = ds.edges.to_dicts()
-        # (time, phase, index): additions, then edges, then deletions at equal times.
-        ops: list[tuple[int, int, int]] = [(int(t), 0, i) for i, t in enumerate(created)]
-        for j, edge in enumerate(self.edges):
-            ends = [row_of.get(edge["src"]), row_of.get(edge["dst"])]
-            if None in ends:
-                raise ValueError(f"edges: row {j} joins {edge['src']!r} -> {edge['dst']!r}, "
-                                 "which is not a memory")
-            if edge["type"] not in EdgeType.__members__:
-                raise ValueError(f"edges: row {j} has type {edge['type']!r}; known: "
-                                 f"{', '.join(EdgeType.__members__)}")
-            own = _to_us(edge["created_at"]) if edge["created_at"] is not None else 0
-            ops.append((max(own, *(int(created[e]) for e in ends if e is not None)), 1, j))
-        deleted = ds.memories["deleted_at"].cast(pl.Int64).to_list()
-        ops += [(t, 2, i) for i, t in enumerate(deleted) if t is not None]
-        ops.sort()
-        self.ops = ops
-        self.next = 0
-
-    def advance(self, until_us: int) -> None:
-        """Apply every pending operation at or before `until_us`."""
-        graph = self.state.graph
-        while self.next < len(self.ops) and self.ops[self.next][0] <= until_us:
-            at, phase, index = self.ops[self.next]
-            self.next += 1
-            if phase == 0:
-                self._add(index)
-            elif phase == 1:
-                edge = self.edges[index]
-                moment = _to_datetime(at)
-                graph.upsert_edge(MemoryEdge(
-                    src=edge["src"], dst=edge["dst"], type=EdgeType(edge["type"]),
-                    weight=max(0.0, min(1.0, float(edge["weight"]))), created_at=moment,
-                    updated_at=moment, evidence=edge["evidence"]))
-            else:
-                memory_id = self.corpus.memory_ids[index]
-                archive(graph, memory_id)
-                self.state.payloads.pop(memory_id, None)
-                self.seedable[index] = False
-
-    def _add(self, index: int) -> None:
-        row = self.rows[index]
-        payload = _payload(row)
-        memory_id = row["memory_id"]
-        self.state.payloads[memory_id] = payload
-        self.state.graph.add_node(MemoryNode(
-            id=memory_id, hash=hashlib.sha256(payload["data"].encode("utf-8")).hexdigest(),
-            created_at=row["created_at"], updated_at=row["updated_at"] or row["created_at"],
-            user_id=row["user_id"], agent_id=row["agent_id"], run_id=row["run_id"],
-            tenant_id=row["tenant_id"], sub_tenant_id=row["sub_tenant_id"],
-            metadata=dict(payload)))
-        if self.corpus.vectors is not None and self.corpus.has_vector[index]:
-            self.state.graph.set_embedding(memory_id, self.corpus.vectors[index].tolist())
-            self.seedable[index] = True
-
-
-def _owner_cosine_seeds(corpus: _Corpus, timeline: _Timeline, query: int,
-                        vector: npt.NDArray[np.float64]) -> list[Seed]:
-    assert corpus.vectors is not None
-    rows = corpus.scope_rows[query]
-    rows = rows[timeline.seedable[rows]]
-    if rows.size == 0:
-        return []
-    scores = corpus.vectors[rows] @ vector
-    top = np.argsort(-scores, kind="stable")[:DEFAULT_SEEDS]
-    return [Seed(corpus.memory_ids[rows[i]], float(scores[i])) for i in top]
 
 
 # ---- the query stream ---------------------------------------------------------------------
@@ -401,7 +185,7 @@ def simulate_log(
     query_vectors : array, shape (n_queries, dim), optional
         Query embeddings aligned with `dataset.queries` rows (e.g.
         `embedder.embed(ds.queries["text"].to_list())`); by default projected from the text
-        (`_project_queries`).
+        (`project_queries`).
 
     Returns
     -------
@@ -425,19 +209,20 @@ def simulate_log(
         raise ValueError(f"simulate_log: qrels hold grade {top}, but the click model reads "
                          f"grades up to {click_model.max_grade} and the verdict model up to "
                          f"{verdicts.max_grade}; set max_grade / p_helpful to cover it")
-    corpus = _corpus(dataset)
+    corpus = corpus_of(dataset)
     if seeds_fn is None and corpus.vectors is None:
         raise ValueError("simulate_log: the dataset has no embeddings, so the default seeds "
                          "(owner-scoped cosine) cannot run; embed the memories or pass seeds_fn")
-    vectors = _query_vectors(dataset, corpus, query_vectors)
+    stored = _query_vectors(dataset, corpus, query_vectors)
+    vectors = None if stored is None else unit_rows(stored.astype(np.float64))
     first = float(corpus.answerable_us.min()) if corpus.answerable_us.size else np.inf
     if not np.isfinite(first):
         raise ValueError("simulate_log: no query is ever answerable (no query has an owner "
                          "with memories)")
-    start_us = int(first) if start is None else _to_us(start)
+    start_us = int(first) if start is None else to_us(start)
     if start_us < first:
         raise ValueError(f"simulate_log: start {start} is before the first answerable query "
-                         f"({_to_datetime(int(first))}); pass a later start or None")
+                         f"({to_datetime(int(first))}); pass a later start or None")
 
     rng = np.random.default_rng(seed)
     picks, times = _draw_stream(rng, corpus.answerable_us, n_searches, float(zipf_s),
@@ -457,7 +242,8 @@ def simulate_log(
     return Dataset(source=f"{dataset.source}+clicks", version=f"{dataset.version}+clicks/1",
                    digest=digest, memories=dataset.memories, embeddings=dataset.embeddings,
                    edges=dataset.edges, events=events, queries=dataset.queries,
-                   qrels=dataset.qrels)
+                   qrels=dataset.qrels,
+                   query_embeddings=_query_embeddings(dataset, corpus, stored))
 
 
 def _is_int(value: object) -> bool:
@@ -469,18 +255,33 @@ def _is_number(value: object) -> bool:
             and np.isfinite(float(value)))
 
 
-def _query_vectors(ds: Dataset, corpus: _Corpus, given: npt.ArrayLike | None,
-                   ) -> npt.NDArray[np.float64] | None:
-    """Unit query vectors (n_queries, dim): the given ones, projected ones, or None."""
+def _query_vectors(ds: Dataset, corpus: Corpus, given: npt.ArrayLike | None,
+                   ) -> npt.NDArray[np.float32] | None:
+    """Unit query vectors (n_queries, dim) as stored, in float32: the given ones, projected
+    ones, or None. The search uses them as stored (scaled to unit length again), so a
+    replay reading them back from the store computes exactly the same seeds."""
     if given is None:
-        return None if corpus.vectors is None else _project_queries(ds, corpus)
+        if corpus.vectors is None:
+            return None
+        return project_queries(ds, corpus).astype(np.float32)
     vectors = np.asarray(given, dtype=np.float64)
     dim = None if corpus.vectors is None else corpus.vectors.shape[1]
     if vectors.ndim != 2 or vectors.shape[0] != len(corpus.query_ids) or (
             dim is not None and vectors.shape[1] != dim):
         raise ValueError(f"simulate_log: query_vectors has shape {vectors.shape}, expected "
                          f"({len(corpus.query_ids)}, {dim or 'dim'}): one row per query")
-    return _unit(vectors)
+    return unit_rows(vectors).astype(np.float32)
+
+
+def _query_embeddings(ds: Dataset, corpus: Corpus,
+                      stored: npt.NDArray[np.float32] | None) -> pl.DataFrame:
+    """The query vectors in the memories' embedder's name, one row per query."""
+    if stored is None:
+        return pl.DataFrame(schema=QUERY_EMBEDDINGS)
+    embedder = ds.embeddings["embedder"][0] if ds.embeddings.height else "query-vectors"
+    return pl.DataFrame({"query_id": corpus.query_ids, "embedder": embedder,
+                         "vector": pl.Series(stored).cast(pl.List(pl.Float32))},
+                        schema=QUERY_EMBEDDINGS)
 
 
 @dataclass(frozen=True)
@@ -499,11 +300,13 @@ class _Users:
                                   for j, h in zip(judged, helpful, strict=True)]
 
 
-def _replay(ds: Dataset, corpus: _Corpus, state: EngineState,
+def _replay(ds: Dataset, corpus: Corpus, state: EngineState,
             vectors: npt.NDArray[np.float64] | None, seeds_fn: SeedsFn | None,
             users: _Users, stream: list[tuple[int, int, int]], limit: int) -> _Log:
     """The closed loop: (query row, earliest time, variant) per search, in order."""
-    timeline = _Timeline(ds, corpus, state)
+    timeline = Timeline(ds, corpus, state)
+    mspr = state.config.mspr
+    counts_access = mspr.enabled and mspr.frequency.enabled
     embeddings = None if vectors is None else [tuple(v.tolist()) for v in vectors]
     log = _Log()
     previous_end = -(1 << 62)
@@ -515,18 +318,21 @@ def _replay(ds: Dataset, corpus: _Corpus, state: EngineState,
         user, agent, run = corpus.owners[q]
         if seeds_fn is None:
             assert vectors is not None
-            seeds = _owner_cosine_seeds(corpus, timeline, q, vectors[q])
+            seeds = owner_cosine_seeds(corpus, timeline, q, vectors[q])
         else:
             seeds = [Seed(m, float(s)) for m, s in seeds_fn(qid) if m in state.payloads]
         request = SearchRequest(query=text, seeds=seeds, user_id=user, agent_id=agent,
                                 run_id=run, limit=limit,
                                 query_embedding=None if embeddings is None else embeddings[q])
         try:
-            outcome = search(state, request, now=_to_datetime(at))
+            outcome = search(state, request, now=to_datetime(at))
         except SearchError as exc:
             raise ValueError(f"simulate_log: search {k} (query {qid!r}) failed: {exc}") from exc
         shown = [c.id for c in outcome.results[:limit]]
         log.search(at, qid, text, user, agent, run, limit, shown)
+        if counts_access and outcome.graph_path:  # the engine bumped each returned result
+            for memory_id in shown:
+                log.event("access", at, qid, memory_id, user, agent, run)
         previous_end = at
         if not shown:
             continue
@@ -534,13 +340,13 @@ def _replay(ds: Dataset, corpus: _Corpus, state: EngineState,
         clicked, verdicts = users.react(grades)
         for i, (rank, helpful) in enumerate(zip(clicked, verdicts, strict=True)):
             memory_id = shown[rank]
-            previous_end = access_at = at + CLICK_STEP_US * (i + 1)
-            log.access(access_at, qid, memory_id, user, agent, run)
+            previous_end = click_at = at + CLICK_STEP_US * (i + 1)
+            log.event("click", click_at, qid, memory_id, user, agent, run)
             if helpful is None:
                 continue
-            previous_end = verdict_at = access_at + VERDICT_DELAY_US
+            previous_end = verdict_at = click_at + VERDICT_DELAY_US
             log.feedback(verdict_at, qid, text, memory_id, user, agent, run, helpful)
-            record_feedback(state, memory_id, helpful=helpful, now=_to_datetime(verdict_at),
+            record_feedback(state, memory_id, helpful=helpful, now=to_datetime(verdict_at),
                             user_id=user, agent_id=agent, run_id=run, query=text)
     return log
 
@@ -562,9 +368,10 @@ class _Log:
         self._row(ts=at, kind="search", query_id=qid, query=text, user_id=user,
                   agent_id=agent, run_id=run, filters="{}", limit=limit, shown=shown)
 
-    def access(self, at: int, qid: str, memory_id: str, user: str | None, agent: str | None,
-               run: str | None) -> None:
-        self._row(ts=at, kind="access", query_id=qid, memory_id=memory_id, user_id=user,
+    def event(self, kind: str, at: int, qid: str, memory_id: str, user: str | None,
+              agent: str | None, run: str | None) -> None:
+        """An `access` or `click` on a memory a search showed."""
+        self._row(ts=at, kind=kind, query_id=qid, memory_id=memory_id, user_id=user,
                   agent_id=agent, run_id=run)
 
     def feedback(self, at: int, qid: str, text: str, memory_id: str, user: str | None,

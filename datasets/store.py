@@ -240,6 +240,10 @@ def _conflict_message(path: Path, held: dict[str, Any], ds: Dataset) -> str:
             "replace it.")
 
 
+# Tables added after the first stores were written: a store without them reads them empty.
+_OPTIONAL = frozenset({"query_embeddings"})
+
+
 def open_store(path: Path) -> duckdb.DuckDBPyConnection:
     """A read-only connection to the store at `path`."""
     path = Path(path)
@@ -248,7 +252,7 @@ def open_store(path: Path) -> duckdb.DuckDBPyConnection:
                                 "`msprlab ingest SOURCE ... --store PATH`")
     con = duckdb.connect(str(path), read_only=True)
     tables = {row[0] for row in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-    missing = sorted((set(TABLES) | {"manifest"}) - tables)
+    missing = sorted((set(TABLES) | {"manifest"}) - tables - _OPTIONAL)
     if missing:
         con.close()
         raise ValueError(f"{path}: not an msprlab event store (missing tables {missing})")
@@ -275,7 +279,12 @@ def load_dataset(path: Path) -> Dataset:
     try:
         meta = con.sql("SELECT source, version, digest FROM manifest").fetchall()[0]
         frames = {}
+        present = {row[0] for row in con.execute(
+            "SELECT table_name FROM duckdb_tables()").fetchall()}
         for name, schema in TABLES.items():
+            if name not in present:  # an optional table a store from an older msprlab lacks
+                frames[name] = pl.DataFrame(schema=schema)
+                continue
             order = " ORDER BY event_id" if name == "events" else ""
             frame = con.sql(f"SELECT {_quoted(schema)} FROM {name}{order}").pl()
             frames[name] = frame.cast(dict(schema.items()))

@@ -13,12 +13,14 @@ Row rules:
   edge's src and dst, a qrel's pair, an event's event_id, ts, seq and kind;
 - qrels: relevance >= 0, a known query and a known memory;
 - embeddings: a known memory, a non-empty vector of finite numbers;
+- query_embeddings: a known query, a non-empty vector of finite numbers;
 - edges: known src and dst, `type` one of the engine's `EdgeType` names, weight in [0, 1];
 - memories and edges: updated_at >= created_at; a memory's deleted_at after created_at;
-- events: memory_* / feedback / access need memory_id; search needs query and limit >= 0;
+- events: memory_* / feedback / access / click need memory_id; search needs query and limit >= 0;
   feedback needs helpful; every memory_id, query_id and shown id given must be known.
 
-Table rules: unique memory_id, query_id, (memory_id, embedder), (src, dst, type) and
+Table rules: unique memory_id, query_id, (memory_id, embedder), (query_id, embedder),
+(src, dst, type) and
 (query_id, memory_id) in qrels; every vector of one embedder has the same length; events
 have unique (ts, seq) and event_id is dense 0..n-1 in (ts, seq) order.
 
@@ -47,7 +49,8 @@ __all__ = ["LINE_SUFFIXES", "IngestError", "first_bad_row", "locate", "show", "v
 # Files whose integer `_row` is a 1-based line number.
 LINE_SUFFIXES = frozenset({".jsonl", ".ndjson", ".tsv", ".txt", ".csv", ".qrels", ".run"})
 EDGE_TYPES = tuple(t.value for t in EdgeType)
-_MEMORY_KINDS = ("memory_added", "memory_updated", "memory_deleted", "feedback", "access")
+_MEMORY_KINDS = ("memory_added", "memory_updated", "memory_deleted", "feedback", "access",
+                 "click")
 
 
 class IngestError(ValueError):
@@ -153,11 +156,12 @@ def _queries() -> tuple[list[_Rule], list[_Rule]]:
     return [_required("query_id")], [_unique(["query_id"], "queries")]
 
 
-def _embeddings(memory_ids: pl.Series) -> tuple[list[_Rule], list[_Rule]]:
+def _embeddings(ids: pl.Series, *, key: str = "memory_id", table: str = "embeddings",
+                known_in: str = "memories") -> tuple[list[_Rule], list[_Rule]]:
     vector = pl.col("vector")
     dims = vector.list.len()
-    rows = [_required("memory_id"), _required("embedder"),
-            _known("memory_id", memory_ids, "memories"),
+    rows = [_required(key), _required("embedder"),
+            _known(key, ids, known_in),
             _Rule("vector", vector.is_null() | (dims == 0),
                   lambda f, i: f"expected a non-empty vector, got {show(f['vector'][i])}"),
             _Rule("vector", vector.list.eval(~pl.element().is_finite()).list.any(),
@@ -165,7 +169,7 @@ def _embeddings(memory_ids: pl.Series) -> tuple[list[_Rule], list[_Rule]]:
     same_dim = _Rule("vector", dims != dims.first().over("embedder"),
                      lambda f, i: f"expected {_first_dim(f, i)} numbers like the embedder's "
                                   f"first vector, got {len(f['vector'][i])}")
-    return rows, [same_dim, _unique(["memory_id", "embedder"], "embeddings")]
+    return rows, [same_dim, _unique([key, "embedder"], table)]
 
 
 def _first_dim(frame: pl.DataFrame, i: int) -> int:
@@ -283,6 +287,8 @@ def validate(ds: Dataset) -> None:
         "edges": _edges(memory_ids),
         "qrels": _qrels(memory_ids, query_ids),
         "events": _events(memory_ids, query_ids),
+        "query_embeddings": _embeddings(query_ids, key="query_id", table="query_embeddings",
+                                        known_in="queries"),
     }
     for table, (row_rules, table_rules) in plans.items():
         frame = frames[table]

@@ -183,6 +183,8 @@ def generate(*, n_memories: int = 20_000, n_queries: int = 50_000, n_events: int
         embeddings=_embeddings(rng, n_memories, dim), edges=_edges(rng, memories),
         qrels=_qrels(rng, n_queries, n_memories, qrels_per_query),
         events=_events(rng, memories, queries, n_events, shown),
+        query_embeddings=_embeddings(rng, n_queries, dim).rename({"memory_id": "query_id"})
+        .with_columns(query_id=_ids("q", np.arange(n_queries))),
     )
 
 

@@ -64,7 +64,7 @@ def test_fixture_golden_counts_and_records(artifacts):
     ds = load_contextkit(**artifacts)
     assert ds.source == "contextkit"
     assert ds.counts() == {"memories": 6, "embeddings": 6, "edges": 11, "events": 15,
-                           "queries": 3, "qrels": 0}
+                           "queries": 3, "qrels": 0, "query_embeddings": 0}
     first = ds.memories.drop(PROVENANCE).row(0, named=True)
     state = json.loads(first.pop("metadata"))
     assert first == {
@@ -285,7 +285,7 @@ def test_partial_inputs(artifacts):
     qdrant_only = load_contextkit(feedback_db=None, success_db=None, graph_jsonl=None,
                                   qdrant_path=artifacts["qdrant_path"])
     assert qdrant_only.counts() == {"memories": 5, "embeddings": 5, "edges": 0, "events": 6,
-                                    "queries": 0, "qrels": 0}
+                                    "queries": 0, "qrels": 0, "query_embeddings": 0}
     assert NODE_STATE_KEY not in qdrant_only.memories["metadata"][0]
     # Verdicts without the success check (success history comes from replaying them).
     no_success = load_contextkit(**{**artifacts, "success_db": None})

@@ -43,7 +43,7 @@ def test_example_golden_facts():
     ds = read_generic(EXAMPLE)
     assert (ds.source, ds.version) == ("generic", "1")
     assert ds.counts() == {"memories": 5, "embeddings": 5, "edges": 2, "events": 12,
-                           "queries": 3, "qrels": 4}
+                           "queries": 3, "qrels": 4, "query_embeddings": 3}
     first = ds.memories.drop(PROVENANCE).row(0, named=True)
     assert first == {
         "memory_id": "m1", "text": "Alice moved to Lisbon in March 2024.", "user_id": "alice",
@@ -103,9 +103,9 @@ def test_digest_covers_every_table_file(folder):
      "events.jsonl line 6: field 'limit': expected an integer, got 3.0"),
     ("events.jsonl", 8, {"helpful": "yes"},
      "events.jsonl line 8: field 'helpful': expected true or false, got 'yes'"),
-    ("events.jsonl", 7, {"kind": "click"},
+    ("events.jsonl", 7, {"kind": "view"},
      "events.jsonl line 7: field 'kind': expected one of memory_added, memory_updated, "
-     "memory_deleted, search, feedback, access, got 'click'"),
+     "memory_deleted, search, feedback, access, click, got 'view'"),
     ("embeddings.jsonl", 2, {"vector": [0.1, "x"]},
      "embeddings.jsonl line 2: field 'vector': expected a list of numbers, got [0.1, 'x']"),
     ("edges.jsonl", 1, {"weight": True},
@@ -151,7 +151,8 @@ def test_seq_given_on_some_events_only_is_an_error(folder):
 
 @pytest.mark.parametrize(("files", "message"), [
     ({"memory.jsonl": ""}, "memory.jsonl: unknown table file; expected memories, queries, "
-                           "qrels, events, edges, embeddings (datasets/FORMAT.md)"),
+                           "qrels, events, edges, embeddings, query_embeddings "
+                           "(datasets/FORMAT.md)"),
     ({"memories.csv": ""}, "memories.csv: unsupported format for memories; use one of "
                            "memories.jsonl, memories.parquet"),
     ({"memories.parquet": ""}, "both memories.jsonl and memories.parquet: keep one file "

@@ -112,9 +112,11 @@ def test_kinds_and_counts(corpus, log) -> None:
     assert counts["memory_added"] == ds.memories.height
     assert counts["search"] == N_SEARCHES
     # judge_rate 1: every click has a verdict; PBM with noise gives plenty of clicks.
-    assert counts["access"] == counts["feedback"] > N_SEARCHES // 2
-    assert set(counts) == {"memory_added", "search", "access", "feedback"}
+    assert counts["click"] == counts["feedback"] > N_SEARCHES // 2
+    assert set(counts) == {"memory_added", "search", "access", "click", "feedback"}
     found = searches(log.events)
+    # The logging ranker counts accesses: one access event per shown result.
+    assert counts["access"] == found["shown"].list.len().sum()
     assert (found["limit"] == 10).all()
     assert found["shown"].list.len().is_between(1, 10).all()
     assert (found["filters"] == "{}").all()
@@ -124,11 +126,32 @@ def test_kinds_and_counts(corpus, log) -> None:
     judged_half = run(corpus, verdict_model=VerdictModel(judge_rate=0.5), n_searches=60)
     half = judged_half.events.group_by("kind").len()
     n = dict(half.select(pl.col("kind").cast(pl.String), "len").iter_rows())
-    assert 0 < n["feedback"] < n["access"]
+    assert 0 < n["feedback"] < n["click"]
+
+
+def test_access_events_are_the_engine_access_counts(corpus, log) -> None:
+    """Each search's access events are its shown results, at its timestamp, after it."""
+    events = sessions(log.events)
+    access = events.filter(pl.col("kind") == "access")
+    assert (access["ts"] == access["search_ts"]).all()
+    per_search = access.group_by("session", maintain_order=True).agg("memory_id")
+    shown = searches(log.events).select(session="event_id", shown="shown")
+    joined = shown.join(per_search, on="session", how="left")
+    assert joined["memory_id"].to_list() == joined["shown"].to_list()
+    # A logging ranker that does not count accesses logs none.
+    quiet = run(corpus, logging_config=replace(all_signals(), mspr=replace(
+        all_signals().mspr, frequency=FrequencyConfig(enabled=False))), n_searches=40)
+    assert "access" not in quiet.events["kind"].cast(pl.String).to_list()
+
+
+def test_query_vectors_are_stored_as_used(corpus, log) -> None:
+    stored = log.query_embeddings
+    assert stored["query_id"].to_list() == corpus[0].queries["query_id"].to_list()
+    assert stored["embedder"].n_unique() == 1
 
 
 def test_access_and_verdicts_follow_the_search_that_showed_the_memory(log) -> None:
-    reactions = sessions(log.events).filter(pl.col("kind").is_in(["access", "feedback"]))
+    reactions = sessions(log.events).filter(pl.col("kind").is_in(["click", "feedback"]))
     assert reactions.height > 0
     assert (reactions["ts"] > reactions["search_ts"]).all()
     assert (reactions["query_id"] == reactions["search_query_id"]).all()
@@ -136,7 +159,7 @@ def test_access_and_verdicts_follow_the_search_that_showed_the_memory(log) -> No
     shown = reactions.select(pl.col("search_shown").list.contains(pl.col("memory_id")))
     assert shown.to_series().all()
     # A verdict comes after the access of the same memory in the same session.
-    clicks = reactions.filter(pl.col("kind") == "access").select(
+    clicks = reactions.filter(pl.col("kind") == "click").select(
         "session", "memory_id", access_ts="ts")
     verdicts = reactions.filter(pl.col("kind") == "feedback").join(
         clicks, on=["session", "memory_id"], how="left")
@@ -205,7 +228,7 @@ def test_logged_clicks_agree_with_the_click_model(corpus, model) -> None:
         p = expected_click_rates(model, np.array([grade.get((qid, m), 0) for m in shown]))
         expected[:p.size] += p
         variance[:p.size] += p * (1 - p)
-    clicks = per_session.filter(pl.col("kind") == "access")
+    clicks = per_session.filter(pl.col("kind") == "click")
     for memory_id, shown in clicks.select("memory_id", "search_shown").iter_rows():
         observed[shown.index(memory_id)] += 1
     z = np.abs(observed - expected) / np.sqrt(np.maximum(variance, 1e-12))
