@@ -34,6 +34,7 @@ __all__ = [
     "policy_from_name",
     "read_field",
     "role_context_from_filters",
+    "role_multipliers",
 ]
 
 
@@ -228,6 +229,29 @@ def apply_role_policy(entries: Sequence[Mapping[str, Any]], policy: RolePolicy,
             if "score" in adjusted:
                 adjusted["score"] = float(adjusted["score"]) * _clamp_unit(weight)
         out.append(adjusted)
+    return out
+
+
+def role_multipliers(entries: Sequence[Mapping[str, Any]], policy: RolePolicy,
+                     ctx: RoleContext) -> list[float]:
+    """What the soft pass does to each entry's score, as a factor: 0.0 when denied (the
+    score is set to 0), else clamp(reweight, 0, 1) (1.0 when reweight raises or is not a
+    number). `apply_role_policy(..., hard_filter=False)` is score × this factor, for
+    policies that do not read the score itself (the built-in ones do not)."""
+    out: list[float] = []
+    for entry in entries:
+        try:
+            allowed = policy.allow(entry, ctx)
+        except Exception:
+            allowed = False  # fail closed, as the library does
+        if not allowed:
+            out.append(0.0)
+            continue
+        try:
+            weight = float(policy.reweight(entry, ctx))
+        except Exception:
+            weight = 1.0
+        out.append(_clamp_unit(weight))
     return out
 
 

@@ -1,0 +1,254 @@
+"""The batch scorer: any weight vector, for every search of a replay at once, vectorised.
+
+A replay records, per candidate, every weight-independent input of the final score
+(`CandidateBlock`). Scoring a weight vector is then the library's formula on arrays,
+
+    score = (α·dense + β·lexical + γ·graph + ε·frequency + δ·personal + ζ·success) × relevance
+
+with the additions left to right (NumPy's elementwise IEEE operations in the same order
+give the same doubles as the sequential engine), α/β/γ/δ moved per intent label and
+clamped to [0, 1] by `apply_weight_override` itself, and the gates the engine applies: a
+term whose weight is 0 is not added (the engine adds 0·0.0; only the sign of a zero score
+can differ, which no comparison sees).
+
+The ranking is the engine's: a stable sort by score, descending (ties keep discovery
+order), cut to max(1, limit); then, where a soft role policy is on, each returned score is
+multiplied by its role multiplier (0 for a denied memory) and the returned list is stably
+sorted again. `ranks_of` computes the final rank of chosen rows (the judged ones) by
+counting, per row, the candidates ahead of it: no per-search sort on the hot path.
+`row_ranks` sorts everything (run export, tests).
+
+Searches are stored grouped by intent label, so each label's weights apply to one
+contiguous slice of rows as scalars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from .config import RetrievalConfig
+from .intent import Intent, apply_weight_override
+
+__all__ = ["FEATURES", "INTENTS", "WEIGHTS", "CandidateBlock", "intent_weights", "ranks_of",
+           "row_ranks", "scores"]
+
+# Feature k is multiplied by weight k, and the terms are added in this order (MSPR.md 10.5).
+FEATURES = ("dense", "lexical", "graph", "frequency", "personal", "success")
+WEIGHTS = ("alpha_dense", "beta_bm25", "gamma_graph", "epsilon_frequency", "delta_personal",
+           "zeta_success")
+INTENTS: tuple[Intent, ...] = tuple(Intent)
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+
+
+def intent_weights(weights: Sequence[float] | Floats, *, intent: bool = True) -> Floats:
+    """(len(INTENTS), 6): the weights each intent label scores with, in `WEIGHTS` order.
+
+    With `intent` False every label keeps the base weights (routing off).
+    """
+    base = [float(w) for w in weights]
+    if len(base) != len(WEIGHTS):
+        raise ValueError(f"expected {len(WEIGHTS)} weights ({', '.join(WEIGHTS)}), "
+                         f"got {len(base)}")
+    if not intent:
+        return np.tile(np.array(base), (len(INTENTS), 1))
+    cfg = RetrievalConfig(alpha_dense=base[0], beta_bm25=base[1], gamma_graph=base[2],
+                          epsilon_frequency=base[3], delta_personal=base[4],
+                          zeta_success=base[5])
+    rows = []
+    for label in INTENTS:
+        moved = apply_weight_override(cfg, label)
+        rows.append([getattr(moved, name) for name in WEIGHTS])
+    return np.array(rows, dtype=np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class CandidateBlock:
+    """Candidates of many searches, rows grouped by search, searches grouped by intent.
+
+    Build it with `CandidateBlock.build`; `order` maps internal rows back to the rows given.
+    """
+
+    features: Floats          # (6, N), FEATURES order
+    relevance: Floats         # (N,)
+    role: Floats              # (N,) soft-role multiplier: 1 no effect, 0 denied
+    search: Ints              # (N,) internal search index of each row
+    position: Ints            # (N,) discovery order within the search
+    starts: Ints              # (S + 1,) rows of internal search s: starts[s]:starts[s + 1]
+    cut: Ints                 # (S,) max(1, limit)
+    intent_rows: Ints         # (len(INTENTS) + 1,) rows of label k: intent_rows[k]:[k + 1]
+    searches: Ints            # (S,) the caller's search id of each internal search
+    order: Ints               # (N,) internal row -> the caller's row
+    width: int                # most candidates of one search
+    role_searches: Ints = field(repr=False)  # internal searches with a multiplier != 1
+
+    @staticmethod
+    def build(*, search: npt.ArrayLike, features: Floats, relevance: npt.ArrayLike,
+              role: npt.ArrayLike, search_intent: npt.ArrayLike,
+              search_limit: npt.ArrayLike) -> CandidateBlock:
+        """Rows in any order with `search` ids 0..S-1, rows of one search in discovery
+        order; per search its intent index (into INTENTS) and its limit."""
+        search_ids = np.asarray(search, dtype=np.int64)
+        feats = np.asarray(features, dtype=np.float64)
+        rel = np.asarray(relevance, dtype=np.float64)
+        mult = np.asarray(role, dtype=np.float64)
+        labels = np.asarray(search_intent, dtype=np.int64)
+        limits = np.asarray(search_limit, dtype=np.int64)
+        n_searches = labels.size
+        if feats.shape != (len(FEATURES), search_ids.size) or rel.shape != search_ids.shape \
+                or mult.shape != search_ids.shape or limits.shape != labels.shape:
+            raise ValueError("CandidateBlock.build: features must be (6, N) and relevance, "
+                             "role (N,), matching search; intent and limit (S,)")
+        if search_ids.size and (search_ids.min() < 0 or search_ids.max() >= n_searches):
+            raise ValueError("CandidateBlock.build: search ids must be in 0..S-1")
+        if not (np.isfinite(feats).all() and np.isfinite(rel).all() and np.isfinite(mult).all()):
+            raise ValueError("CandidateBlock.build: features, relevance and role multipliers "
+                             "must be finite")
+        # Searches by (intent, search id); rows by (that order, their given order).
+        by_intent = np.lexsort((np.arange(n_searches), labels))
+        rank_of_search = np.empty(n_searches, dtype=np.int64)
+        rank_of_search[by_intent] = np.arange(n_searches)
+        internal = rank_of_search[search_ids]
+        order = np.lexsort((np.arange(search_ids.size), internal))
+        internal = internal[order]
+        counts = np.bincount(internal, minlength=n_searches)
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        position = np.arange(internal.size) - starts[internal]
+        sorted_labels = labels[by_intent]
+        label_searches = np.searchsorted(sorted_labels, np.arange(len(INTENTS) + 1))
+        mult = mult[order]
+        active = np.unique(internal[mult != 1.0])
+        return CandidateBlock(
+            features=np.ascontiguousarray(feats[:, order]), relevance=rel[order], role=mult,
+            search=internal, position=position, starts=starts,
+            cut=np.maximum(1, limits[by_intent]), intent_rows=starts[label_searches],
+            searches=by_intent.astype(np.int64), order=order.astype(np.int64),
+            width=int(counts.max()) if counts.size else 0, role_searches=active)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.search.size)
+
+    @property
+    def n_searches(self) -> int:
+        return int(self.cut.size)
+
+    def returned(self) -> Ints:
+        """(S,) length of each internal search's returned list: weight-independent."""
+        counts: Ints = np.minimum(np.diff(self.starts), self.cut)
+        return counts
+
+    def internal_rows(self, rows: npt.ArrayLike) -> Ints:
+        """The internal row of each of the caller's rows."""
+        inverse = np.empty_like(self.order)
+        inverse[self.order] = np.arange(self.order.size)
+        found: Ints = inverse[np.asarray(rows, dtype=np.int64)]
+        return found
+
+
+def scores(block: CandidateBlock, weights: Sequence[float] | Floats, *,
+           intent: bool = True) -> Floats:
+    """(N,) final scores before the role pass, internal row order."""
+    table = intent_weights(weights, intent=intent)
+    f = block.features
+    out = np.empty(block.n_rows)
+    for k in range(len(INTENTS)):
+        lo, hi = int(block.intent_rows[k]), int(block.intent_rows[k + 1])
+        if lo == hi:
+            continue
+        w = table[k]
+        acc = w[0] * f[0, lo:hi]
+        for j in range(1, len(FEATURES)):
+            if w[j] != 0.0:  # the engine adds 0.0 (or gates the feature off): nothing moves
+                acc += w[j] * f[j, lo:hi]
+        np.multiply(acc, block.relevance[lo:hi], out=out[lo:hi])
+    return out
+
+
+def _padded(block: CandidateBlock, values: Floats) -> Floats:
+    grid = np.full(block.n_searches * max(block.width, 1), np.nan)
+    grid[block.search * max(block.width, 1) + block.position] = values
+    return grid.reshape(block.n_searches, max(block.width, 1))
+
+
+def _first_pass_ranks(block: CandidateBlock, score: Floats, rows: Ints) -> Ints:
+    """Rank of each row in its search's stable descending sort (0-based, before the cut)."""
+    grid = _padded(block, score)[block.search[rows]]
+    mine = score[rows][:, None]
+    ahead = (grid > mine).sum(axis=1)
+    ahead += ((grid == mine) & (np.arange(grid.shape[1]) < block.position[rows][:, None])
+              ).sum(axis=1)
+    found: Ints = ahead.astype(np.int64)
+    return found
+
+
+def ranks_of(block: CandidateBlock, score: Floats, rows: npt.ArrayLike, *,
+             roles: bool = True) -> Ints:
+    """Final 0-based rank of each internal row in `rows` in its search's returned list, or
+    -1 when it was cut. `roles` False ignores the role multipliers (roles off)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    first = _first_pass_ranks(block, score, rows)
+    kept = first < block.cut[block.search[rows]]
+    result = np.where(kept, first, -1)
+    if not roles or block.role_searches.size == 0:
+        return result
+    affected = np.isin(block.search[rows], block.role_searches)
+    if affected.any():
+        result[affected] = _second_pass(block, score, rows[affected])
+    return result
+
+
+def _second_pass(block: CandidateBlock, score: Floats, rows: Ints) -> Ints:
+    """Final ranks of `rows` (all in role-affected searches) after the soft role pass."""
+    searches = np.unique(block.search[rows])
+    members = np.concatenate([np.arange(block.starts[s], block.starts[s + 1])
+                              for s in searches])
+    first = _first_pass_ranks(block, score, members)
+    kept = first < block.cut[block.search[members]]
+    members, first = members[kept], first[kept]
+    rescored = score[members] * block.role[members]
+    slot = np.searchsorted(searches, block.search[members])
+    cut = int(block.cut[searches].max())
+    grid = np.full((searches.size, cut), np.nan)
+    grid[slot, first] = rescored  # a returned list in first-pass order
+    where = {int(m): i for i, m in enumerate(members)}
+    out = np.full(rows.size, -1, dtype=np.int64)
+    for i, row in enumerate(rows):
+        j = where.get(int(row))
+        if j is None:
+            continue
+        line = grid[slot[j]]
+        mine = rescored[j]
+        out[i] = int((line > mine).sum() + ((line == mine)[:first[j]]).sum())
+    return out
+
+
+def row_ranks(block: CandidateBlock, score: Floats, *, roles: bool = True) -> Ints:
+    """Final rank of every internal row (-1 when cut), by sorting each search."""
+    grid = _padded(block, score)
+    keys = np.where(np.isnan(grid), np.inf, -grid)
+    order = np.argsort(keys, axis=1, kind="stable")
+    first = np.empty_like(order)
+    np.put_along_axis(first, order, np.arange(order.shape[1])[None, :], axis=1)
+    rank: Ints = first[block.search, block.position].astype(np.int64)
+    rank[rank >= block.cut[block.search]] = -1
+    if roles and block.role_searches.size:
+        rows = np.flatnonzero(np.isin(block.search, block.role_searches))
+        rank[rows] = _second_pass_sorted(block, score, rows, rank[rows])
+    return rank
+
+
+def _second_pass_sorted(block: CandidateBlock, score: Floats, rows: Ints, first: Ints) -> Ints:
+    out = np.full(rows.size, -1, dtype=np.int64)
+    for s in np.unique(block.search[rows]):
+        mine = np.flatnonzero((block.search[rows] == s) & (first >= 0))
+        kept = mine[np.argsort(first[mine], kind="stable")]  # the returned list
+        rescored = score[rows[kept]] * block.role[rows[kept]]
+        resorted = np.argsort(-rescored, kind="stable")
+        out[kept[resorted]] = np.arange(kept.size)
+    return out

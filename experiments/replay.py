@@ -1,0 +1,412 @@
+"""Replay an event store through the engine, in time order, into a candidate table.
+
+The timeline (EVALUATION.md, "Replaying logged feedback credibly"):
+
+- Events are taken in (`ts`, `seq`) order. At one timestamp the order is that of
+  `schema.EVENT_KINDS`: memory events, then searches, then feedback, access and click. So a
+  memory added at t can be found by a search at t, while feedback and accesses at t change
+  state only after the searches at t: every search sees the state strictly before it.
+- Memories, their edges and deletions enter the engine state as in the logging run
+  (`datasets.timeline.Timeline`: by created_at / deleted_at and the edges' times).
+- `feedback` events go through `record_feedback` (relevance bump, floors, personal boost,
+  success history), as they did in production: the feedback-derived state is frozen at its
+  logged values (the policy every result declares, `FEEDBACK_POLICY`). Once an evaluated
+  ranking differs from the logged one, later logged feedback is counterfactual; the scorer
+  reports how many evaluated rankings still match the logged ones (`match rate`).
+- Frequency has two modes. `logged`: access counts and recency come from the log's `access`
+  events (the counts the logging ranker produced) and the replayed searches count nothing;
+  the table is weight-independent, so any weights can be scored from it. `closed_loop`: the
+  evaluated ranker's own results feed the counts, as the library does; the table holds the
+  features that ranker saw and is bound to its weights.
+- Every logged search runs through the engine (its decay tick changes relevance); each one
+  with a `query_id` becomes one evaluated search, with one row per candidate.
+
+Seeds are the logging run's: the cosine between the stored query vector
+(`query_embeddings`; projected from the query text when the store has none, and the table
+says so) and the query owner's memories that exist at that time, top 10.
+
+A candidate row holds every weight-independent input of the final score: dense, lexical,
+graph, frequency, personal, success (computed with every gate open), relevance, the soft
+role multiplier, whether it was a seed, its discovery order, the search's intent label, and
+its graded judgment. `CandidateTable.block()` hands them to the batch scorer
+(`msprlab.engine.batch`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from msprlab.datasets.schema import Dataset
+from msprlab.datasets.timeline import (
+    Timeline,
+    corpus_of,
+    owner_cosine_seeds,
+    project_queries,
+    to_datetime,
+    unit_rows,
+)
+from msprlab.engine import EngineConfig, SearchError, SearchRequest, new_state, record_feedback
+from msprlab.engine.batch import FEATURES, INTENTS, WEIGHTS, CandidateBlock
+from msprlab.engine.config import IntentConfig, as_dict
+from msprlab.engine.intent import Classifier, Intent, IntentRouter
+from msprlab.engine.roles import RolePolicy, role_context_from_filters, role_multipliers
+from msprlab.engine.search import effective_filters, search
+
+__all__ = ["FEEDBACK_POLICY", "FREQUENCY_MODES", "CandidateTable", "FrequencyMode",
+           "featurize_config", "replay", "table_key"]
+
+FrequencyMode = Literal["logged", "closed_loop"]
+FREQUENCY_MODES: tuple[FrequencyMode, ...] = ("logged", "closed_loop")
+FEEDBACK_POLICY = ("logged feedback replayed as-is (frozen at its logged values; counterfactual "
+                   "once a ranking diverges from the logged one: see the match rate)")
+Progress = Callable[[int, int], None]
+_GATE_OPEN = dict.fromkeys(WEIGHTS, 1.0)
+
+
+def featurize_config(config: EngineConfig, frequency: FrequencyMode) -> EngineConfig:
+    """The configuration a `logged` replay runs: every weight 1 (so every feature is
+    computed), no access counting (the log's accesses are applied instead), intent routing
+    on so each search gets its label (unless the edge-type-prior correction makes the
+    label change the candidates). A `closed_loop` replay runs `config` as given."""
+    if frequency == "closed_loop":
+        return config
+    mspr = config.mspr
+    intent = mspr.intent
+    if mspr.enabled and not config.corrections.apply_edge_type_priors:
+        intent = replace(intent, enabled=True)
+    return replace(config, retrieval=replace(config.retrieval, **_GATE_OPEN),
+                   mspr=replace(mspr, intent=intent,
+                                frequency=replace(mspr.frequency, enabled=False)))
+
+
+def table_key(config: EngineConfig, frequency: FrequencyMode) -> dict[str, Any]:
+    """What a candidate table depends on. Two configurations with the same key can be scored
+    from one table: in `logged` mode they may differ in the six weights, intent routing
+    (scored with or without the label's deltas) and a soft role policy (scored with or
+    without the multipliers)."""
+    if frequency == "closed_loop":
+        return {"frequency": frequency, "config": as_dict(config)}
+    key = featurize_config(config, frequency)
+    mspr = key.mspr
+    if not mspr.role.hard_filter and not config.corrections.strict_role_isolation:
+        key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=True)))
+    return {"frequency": frequency, "config": as_dict(key)}
+
+
+@dataclass(frozen=True)
+class CandidateTable:
+    """A replay's output: one row per evaluated search, one per candidate, and provenance.
+
+    searches: search (0..S-1), event_id, ts, query_id, query, user_id, agent_id, run_id,
+        limit (the evaluated limit), intent (the label the engine scored with; UNKNOWN when
+        routing is off), question_type, n_candidates, error (the library's exception when
+        the search raised; it then has no candidates), logged (the logged ranking).
+    candidates: search, position (discovery order), memory_id, was_seed, the six FEATURES,
+        relevance, role (soft-role multiplier: 1 no effect, 0 denied), logged_rank (0-based
+        rank in the logged ranking, null when not shown), grade (null when unjudged).
+    meta: dataset digest and source, frequency mode, feedback policy, seeds, the table key.
+    """
+
+    searches: pl.DataFrame
+    candidates: pl.DataFrame
+    meta: dict[str, Any]
+
+    def block(self, *, limit: int | None = None) -> CandidateBlock:
+        """The candidates as the batch scorer's arrays (rows in table order)."""
+        c = self.candidates
+        limits = self.searches["limit"].to_numpy() if limit is None else np.full(
+            self.searches.height, limit)
+        labels = self.searches["intent"].replace_strict(
+            {label.value: i for i, label in enumerate(INTENTS)}, return_dtype=pl.Int64)
+        return CandidateBlock.build(
+            search=c["search"].to_numpy(),
+            features=np.stack([c[name].to_numpy() for name in FEATURES]),
+            relevance=c["relevance"].to_numpy(), role=c["role"].to_numpy(),
+            search_intent=labels.to_numpy(), search_limit=limits)
+
+    def save(self, folder: Path) -> None:
+        """Write searches.parquet, candidates.parquet and meta.json, all or nothing."""
+        folder = Path(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            self.searches.write_parquet(staging / "searches.parquet")
+            self.candidates.write_parquet(staging / "candidates.parquet")
+            (staging / "meta.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True,
+                                                          default=str), encoding="utf-8")
+            if folder.exists():
+                shutil.rmtree(folder)
+            staging.rename(folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    @staticmethod
+    def load(folder: Path) -> CandidateTable:
+        folder = Path(folder)
+        return CandidateTable(pl.read_parquet(folder / "searches.parquet"),
+                              pl.read_parquet(folder / "candidates.parquet"),
+                              json.loads((folder / "meta.json").read_text(encoding="utf-8")))
+
+
+def code_digest() -> str:
+    """sha256 of the engine, timeline and replay sources: a cached table is reused only by
+    the code that wrote it."""
+    from msprlab import datasets, engine
+    digest = hashlib.sha256()
+    roots = [Path(engine.__path__[0]), Path(datasets.__path__[0])]
+    files = [*sorted(roots[0].glob("*.py")), roots[1] / "timeline.py", Path(__file__)]
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(ds: Dataset, config: EngineConfig, frequency: FrequencyMode, *,
+              limit: int | None, policy: RolePolicy | None) -> str:
+    spec = {"dataset": ds.digest, "table": table_key(config, frequency), "limit": limit,
+            "policy": repr(policy), "code": code_digest()}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cached_replay(ds: Dataset, config: EngineConfig, cache_dir: Path, *,
+                  frequency: FrequencyMode = "logged", limit: int | None = None,
+                  policy: RolePolicy | None = None, classifier: Classifier | None = None,
+                  progress: Progress | None = None) -> tuple[CandidateTable, bool]:
+    """`replay`, read from `cache_dir` when this dataset, table key and code were replayed
+    before (keyed by `cache_key`); returns the table and whether it came from the cache.
+    A run with a custom classifier is never cached (its behaviour is not part of the key)."""
+    key = cache_key(ds, config, frequency, limit=limit, policy=policy)
+    folder = Path(cache_dir) / key[:24]
+    if classifier is None and (folder / "meta.json").is_file():
+        return CandidateTable.load(folder), True
+    table = replay(ds, config, frequency=frequency, limit=limit, policy=policy,
+                   classifier=classifier, progress=progress)
+    if classifier is None:
+        table.save(folder)
+    return table, False
+
+
+def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "logged",
+           limit: int | None = None, policy: RolePolicy | None = None,
+           classifier: Classifier | None = None, progress: Progress | None = None,
+           engine_rankings: bool = False) -> CandidateTable:
+    """Walk `ds.events` through the engine and return the candidate table.
+
+    Parameters
+    ----------
+    config : the evaluated configuration (its six weights matter only in `closed_loop`).
+    frequency : "logged" or "closed_loop" (module docstring).
+    limit : the evaluated search limit; None keeps each logged search's limit.
+    policy : the role policy installed in the engine (None: no policy, roles inert).
+    classifier : the LLM intent classifier callable, for the "llm"/"hybrid" strategies.
+    engine_rankings : also run the sequential engine with `config`'s own weights and keep
+        its ranking per search (`searches.engine`): the reference the batch scorer must
+        reproduce (tests and `msprlab replay --check`); in `logged` mode it doubles the cost.
+    """
+    if frequency not in FREQUENCY_MODES:
+        raise ValueError(f"frequency must be one of {FREQUENCY_MODES}, got {frequency!r}")
+    if not (config.context_graph_enabled and config.retrieval.enabled):
+        raise ValueError("replay: context_graph.enabled and context_graph.retrieval.enabled "
+                         "must be on: without the graph path the library returns the vector "
+                         "hits as they are and there is no ranking to tune")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise ValueError(f"replay: limit must be an integer or None, got {limit!r}")
+    corpus = corpus_of(ds)
+    if corpus.vectors is None:
+        raise ValueError("replay: the dataset has no memory embeddings, so the dense seeds "
+                         "cannot be found; ingest it with an embedder")
+    vectors, seeds_from = _query_vectors(ds, corpus)
+    run = featurize_config(config, frequency)
+    state = new_state(run, classifier=classifier, policy=policy)
+    timeline = Timeline(ds, corpus, state)
+    check = None
+    if engine_rankings:
+        check_config = config if frequency == "closed_loop" else replace(
+            config, mspr=replace(config.mspr, frequency=replace(config.mspr.frequency,
+                                                                enabled=False)))
+        check = new_state(check_config, classifier=classifier, policy=policy)
+        check_timeline = Timeline(ds, corpus, check)
+    labeller = _labeller(run, classifier)
+    query_row = {q: i for i, q in enumerate(corpus.query_ids)}
+    question_type = dict(zip(ds.queries["query_id"].to_list(),
+                             ds.queries["question_type"].to_list(), strict=True))
+    role_soft = (run.mspr.enabled and run.mspr.role.enabled and not run.mspr.role.hard_filter
+                 and policy is not None)
+    out = _Collector()
+    events = ds.events.sort("ts", "seq").with_columns(pl.col("ts").cast(pl.Int64))
+    columns = ("event_id", "ts", "kind", "memory_id", "query_id", "user_id", "agent_id",
+               "run_id", "query", "filters", "limit", "shown", "helpful")
+    rows = zip(*(events[c].to_list() for c in columns), strict=True)
+    total = events.height
+    for done, (event_id, ts, kind, memory_id, query_id, user, agent, run_id, text, filters,
+               logged_limit, shown, helpful) in enumerate(rows):
+        if progress is not None and done % 2048 == 0:
+            progress(done, total)
+        states = [(state, timeline)] + ([] if check is None else [(check, check_timeline)])
+        if kind == "feedback":
+            for st, tl in states:
+                tl.advance(ts)
+                record_feedback(st, memory_id, helpful=bool(helpful), now=to_datetime(ts),
+                                user_id=user, agent_id=agent, run_id=run_id, query=text)
+        elif kind == "access" and frequency == "logged":
+            for st, tl in states:
+                tl.advance(ts)
+                st.graph.record_access(memory_id, to_datetime(ts))
+        elif kind == "search":
+            q = query_row.get(query_id) if query_id is not None else None
+            seeds = []
+            for _, tl in states:
+                tl.advance(ts)
+            if q is not None:
+                seeds = owner_cosine_seeds(corpus, timeline, q, vectors[q])
+            request = SearchRequest(
+                query=text, seeds=seeds, user_id=user, agent_id=agent, run_id=run_id,
+                filters=json.loads(filters) if filters and filters != "{}" else None,
+                limit=logged_limit if limit is None else limit,
+                query_embedding=None if q is None else vectors_as_tuples(vectors, q))
+            now = to_datetime(ts)
+            outcome, error = _search(state, request, now)
+            reference = None
+            if check is not None:
+                checked, check_error = _search(check, request, now)
+                reference = ([c.id for c in checked.results[:max(1, request.limit)]]
+                             if checked is not None else None)
+                if (check_error is None) != (error is None):
+                    raise AssertionError(f"replay: search event {event_id} raised in one run "
+                                         f"only ({error} / {check_error})")
+            if q is None:
+                continue  # nothing to evaluate it against; its decay tick has happened
+            label = outcome.intent.label if outcome is not None and outcome.intent else None
+            multipliers = None
+            if outcome is not None and role_soft and outcome.candidates and policy is not None:
+                ctx = role_context_from_filters(user_id=user, agent_id=agent, run_id=run_id,
+                                                filters=effective_filters(request))
+                multipliers = role_multipliers([c.entry() for c in outcome.candidates],
+                                               policy, ctx)
+            out.search(event_id=event_id, ts=ts, query_id=query_id, query=text, user=user,
+                       agent=agent, run=run_id, limit=request.limit,
+                       intent=(label or Intent.UNKNOWN).value,
+                       label=(label or labeller(text)).value,
+                       question_type=question_type.get(query_id), error=error,
+                       logged=shown, engine=reference,
+                       candidates=[] if outcome is None else outcome.candidates,
+                       multipliers=multipliers, grades=corpus.grades[q])
+    if progress is not None:
+        progress(total, total)
+    meta = {"dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest},
+            "frequency": frequency, "feedback_policy": FEEDBACK_POLICY, "seeds": seeds_from,
+            "limit": limit, "policy": repr(policy), "table_key": table_key(config, frequency),
+            "weights_bound": frequency == "closed_loop",
+            "config": as_dict(config), "code": code_digest()}
+    return CandidateTable(*out.frames(engine_rankings), meta=meta)
+
+
+def vectors_as_tuples(vectors: np.ndarray, q: int) -> tuple[float, ...]:
+    return tuple(vectors[q].tolist())
+
+
+def _search(state: Any, request: SearchRequest, now: Any) -> tuple[Any, str | None]:
+    try:
+        return search(state, request, now=now), None
+    except SearchError as exc:
+        return None, str(exc)
+
+
+def _query_vectors(ds: Dataset, corpus: Any) -> tuple[np.ndarray, str]:
+    """Unit query vectors aligned with corpus.query_ids, and where they came from."""
+    stored = ds.query_embeddings
+    if stored.height:
+        embedder = ds.embeddings["embedder"][0] if ds.embeddings.height else None
+        mine = stored.filter(pl.col("embedder") == embedder) if embedder else stored
+        if mine.height == 0:
+            raise ValueError(f"replay: query_embeddings hold no vectors of the memories' "
+                             f"embedder {embedder!r} (found {stored['embedder'].unique()})")
+        row_of = {q: i for i, q in enumerate(mine["query_id"].to_list())}
+        missing = [q for q in corpus.query_ids if q not in row_of]
+        if missing:
+            raise ValueError(f"replay: {len(missing)} queries have no stored query vector "
+                             f"(first: {missing[0]!r})")
+        matrix = np.asarray(mine["vector"].to_list(), dtype=np.float32)
+        take = [row_of[q] for q in corpus.query_ids]
+        return unit_rows(matrix[take].astype(np.float64)), f"stored query vectors ({embedder})"
+    projected = project_queries(ds, corpus).astype(np.float32).astype(np.float64)
+    return unit_rows(projected), "query vectors projected from the query text (none stored)"
+
+
+def _labeller(config: EngineConfig, classifier: Classifier | None) -> Callable[[str], Intent]:
+    """The intent label of a query for reporting, when the engine did not route it."""
+    router = IntentRouter(replace(config.mspr.intent, enabled=True) if config.mspr.enabled
+                          else IntentConfig(enabled=True), classifier)
+
+    def label(text: str) -> Intent:
+        return router.classify(text).label
+    return label
+
+
+class _Collector:
+    """Per-search and per-candidate columns, appended as the replay goes."""
+
+    def __init__(self) -> None:
+        self.s: dict[str, list[Any]] = {c: [] for c in (
+            "event_id", "ts", "query_id", "query", "user_id", "agent_id", "run_id", "limit",
+            "intent", "intent_label", "question_type", "n_candidates", "error", "logged",
+            "engine")}
+        self.c: dict[str, list[Any]] = {c: [] for c in (
+            "search", "position", "memory_id", "was_seed", *FEATURES, "relevance", "role",
+            "logged_rank", "grade")}
+
+    def search(self, *, event_id: int, ts: int, query_id: str, query: str, user: Any,
+               agent: Any, run: Any, limit: int, intent: str, label: str,
+               question_type: str | None, error: str | None, logged: list[str] | None,
+               engine: list[str] | None, candidates: list[Any],
+               multipliers: list[float] | None, grades: Mapping[str, int]) -> None:
+        index = len(self.s["event_id"])
+        for name, value in (("event_id", event_id), ("ts", ts), ("query_id", query_id),
+                            ("query", query), ("user_id", user), ("agent_id", agent),
+                            ("run_id", run), ("limit", limit), ("intent", intent),
+                            ("intent_label", label), ("question_type", question_type),
+                            ("n_candidates", len(candidates)), ("error", error),
+                            ("logged", logged), ("engine", engine)):
+            self.s[name].append(value)
+        shown = {m: r for r, m in enumerate(logged or [])}
+        c = self.c
+        n = len(candidates)
+        c["search"].extend([index] * n)
+        c["position"].extend(range(n))
+        c["memory_id"].extend(x.id for x in candidates)
+        c["was_seed"].extend(x.was_seed for x in candidates)
+        for name in FEATURES:
+            c[name].extend(getattr(x, name) for x in candidates)
+        c["relevance"].extend(x.relevance for x in candidates)
+        c["role"].extend(multipliers if multipliers is not None else [1.0] * n)
+        c["logged_rank"].extend(shown.get(x.id) for x in candidates)
+        c["grade"].extend(grades.get(x.id) for x in candidates)
+
+    def frames(self, with_engine: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+        searches = pl.DataFrame(self.s, schema={
+            "event_id": pl.Int64, "ts": pl.Int64, "query_id": pl.String, "query": pl.String,
+            "user_id": pl.String, "agent_id": pl.String, "run_id": pl.String,
+            "limit": pl.Int64, "intent": pl.String, "intent_label": pl.String,
+            "question_type": pl.String, "n_candidates": pl.Int64, "error": pl.String,
+            "logged": pl.List(pl.String), "engine": pl.List(pl.String)})
+        searches = searches.with_columns(pl.col("ts").cast(pl.Datetime("us"))).with_row_index(
+            "search").with_columns(pl.col("search").cast(pl.Int64))
+        if not with_engine:
+            searches = searches.drop("engine")
+        candidates = pl.DataFrame(self.c, schema={
+            "search": pl.Int64, "position": pl.Int64, "memory_id": pl.String,
+            "was_seed": pl.Boolean, **dict.fromkeys(FEATURES, pl.Float64),
+            "relevance": pl.Float64, "role": pl.Float64, "logged_rank": pl.Int64,
+            "grade": pl.Int64})
+        return searches, candidates
