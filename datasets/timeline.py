@@ -48,7 +48,6 @@ def to_us(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
-
 # ---- the corpus as arrays -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Corpus:
