@@ -28,8 +28,10 @@ test-parity: setup  ## differential tests against the ContextKit library itself
 	$(BIN)/pytest -q -m "parity and not slow" -n 2
 
 bench: setup  ## speed figures, printed as ratios measured side by side
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m msprlab.experiments.bench_engine
 	$(BIN)/python -m msprlab.experiments.bench_ingest
+	$(BIN)/python -m msprlab.experiments.bench_metrics
 
 # mypy resolves msprlab.* through a link tree, since the import packages map to
 # top-level folders (pyproject's package-dir) that mypy cannot follow on its own.

@@ -1,0 +1,305 @@
+"""Vectorised metrics: agreement with pytrec_eval (trec_eval) on random tie-free runs,
+brute-force oracles for what trec_eval lacks (exponential gain, Judged@k), parsing and
+bad inputs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pytest
+import pytrec_eval
+
+from msprlab.experiments.metrics import (
+    KINDS,
+    Judged,
+    Metric,
+    evaluate,
+    judged_from_frames,
+    parse_metric,
+)
+
+CUTOFFS = (1, 5, 10, 100)
+# Our metric -> pytrec_eval's measure name for each cutoff (None: no cutoff).
+TREC_NAMES = {"ndcg": "ndcg_cut_{k}", "recall": "recall_{k}", "precision": "P_{k}",
+              "map": "map_cut_{k}", "hit": "success_{k}"}
+TREC_MEASURES = {"ndcg_cut.1,5,10,100", "recall.1,5,10,100", "P.1,5,10,100",
+                 "map_cut.1,5,10,100", "success.1,5,10,100", "recip_rank", "map", "ndcg"}
+
+
+@dataclass
+class Case:
+    """A random evaluation: TREC-style dicts for pytrec_eval and our arrays, same data."""
+
+    qrels: dict[str, dict[str, int]]
+    run: dict[str, dict[str, float]]
+    query_ids: list[str]
+    judged: Judged
+    ranks: np.ndarray
+    n_returned: np.ndarray
+    # (query position, ranked list of every candidate) for the brute-force oracles
+    candidates: list[list[str]]
+
+
+def random_case(seed: int, n_queries: int = 250) -> Case:
+    """Queries with graded qrels 0..3 (some with nothing relevant, some with relevant
+    memories outside the candidates), 1..120 candidates mixing judged and unjudged memories,
+    a returned prefix of random length; ranks of judged candidates past that prefix are
+    either -1 or their position (>= n_returned), both meaning "not returned"."""
+    rng = np.random.default_rng(seed)
+    qrels: dict[str, dict[str, int]] = {}
+    run: dict[str, dict[str, float]] = {}
+    rows: list[tuple[int, str, int]] = []
+    ranks: list[int] = []
+    n_returned, query_ids, candidates = [], [], []
+    for q in range(n_queries):
+        qid = f"q{q:04d}"
+        judged_docs = [f"d{q}_{i}" for i in range(int(rng.integers(1, 25)))]
+        grades = rng.integers(0, 4, len(judged_docs))
+        if rng.random() < 0.1:
+            grades[:] = 0  # a query with no relevant memory
+        qrels[qid] = dict(zip(judged_docs, map(int, grades), strict=True))
+        in_pool = [d for d in judged_docs if rng.random() < 0.7]  # the rest: never candidates
+        unjudged = [f"u{q}_{i}" for i in range(int(rng.integers(0, 60)))]
+        pool = [*in_pool, *unjudged] or [f"u{q}_x"]
+        order = [pool[i] for i in rng.permutation(len(pool))]
+        n = int(rng.integers(1, len(order) + 1))
+        run[qid] = {doc: float(n - i) for i, doc in enumerate(order[:n])}  # strictly decreasing
+        query_ids.append(qid)
+        n_returned.append(n)
+        candidates.append(order)
+        for position, doc in enumerate(order):
+            if doc in qrels[qid]:
+                rows.append((q, doc, qrels[qid][doc]))
+                ranks.append(position if position < n or rng.random() < 0.5 else -1)
+    searches = pl.DataFrame({"search": range(n_queries), "query_id": query_ids})
+    pairs = pl.DataFrame(rows, schema=["search", "memory_id", "grade"], orient="row")
+    qrels_frame = pl.DataFrame(
+        [(q, d, r) for q, docs in qrels.items() for d, r in docs.items()],
+        schema=["query_id", "memory_id", "relevance"], orient="row")
+    return Case(qrels, run, query_ids, judged_from_frames(searches, pairs, qrels_frame),
+                np.array(ranks), np.array(n_returned), candidates)
+
+
+def all_metrics() -> list[Metric]:
+    cut = [Metric(kind, k) for kind in TREC_NAMES for k in CUTOFFS]
+    return [*cut, Metric("mrr"), Metric("map"), Metric("ndcg")]
+
+
+def trec_name(metric: Metric) -> str:
+    if metric.k is None:
+        return {"mrr": "recip_rank", "map": "map", "ndcg": "ndcg"}[metric.kind]
+    return TREC_NAMES[metric.kind].format(k=metric.k)
+
+
+def disagreements(case: Case, ranks: np.ndarray) -> list[str]:
+    """Every (metric, query) where we and pytrec_eval differ by more than 1e-9."""
+    reference = pytrec_eval.RelevanceEvaluator(case.qrels, TREC_MEASURES).evaluate(case.run)
+    ours = evaluate(case.judged, ranks, all_metrics(), n_returned=case.n_returned)
+    has_relevant = case.judged.n_relevant > 0
+    bad = []
+    for metric in all_metrics():
+        theirs = np.array([reference[q][trec_name(metric)] for q in case.query_ids])
+        mine = ours[metric.name]
+        # trec_eval scores a query without relevant memories 0; we exclude it (NaN).
+        if not (np.isnan(mine[~has_relevant]).all() and (theirs[~has_relevant] == 0).all()):
+            bad.append(f"{metric.name}: queries without relevant memory")
+        gap = np.abs(mine[has_relevant] - theirs[has_relevant])
+        bad += [f"{metric.name} {case.query_ids[i]}: ours {mine[i]!r}, trec_eval {theirs[i]!r}"
+                for i in np.flatnonzero(has_relevant)[gap > 1e-9]]
+    return bad
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_agrees_with_pytrec_eval_on_random_tie_free_runs(seed: int) -> None:
+    case = random_case(seed)
+    assert (case.judged.n_relevant == 0).sum() > 5  # the no-relevant path is exercised
+    assert (case.ranks == -1).any() and (case.ranks >= case.n_returned[case.judged.search]).any()
+    assert disagreements(case, case.ranks) == []
+
+
+def test_a_wrong_rank_breaks_agreement() -> None:
+    case = random_case(0, n_queries=60)
+    ranks = case.ranks.copy()
+    returned = (ranks >= 0) & (ranks < case.n_returned[case.judged.search])
+    i = int(np.flatnonzero(returned & (case.judged.grade > 0) & (ranks > 0))[0])
+    ranks[i] -= 1  # one relevant memory moved up by one place (an off-by-one in a scorer)
+    found = disagreements(case, ranks)
+    assert any(line.startswith("ndcg@") for line in found), found
+    assert any(line.startswith("map ") for line in found), found
+
+
+def test_many_trials_at_once_equal_one_at_a_time() -> None:
+    case = random_case(3, n_queries=80)
+    rng = np.random.default_rng(3)
+    t = 11  # more than one block of trials
+    trials = np.stack([case.ranks, *(rng.permutation(case.ranks) for _ in range(t - 1))])
+    n_returned = np.maximum(0, case.n_returned + rng.integers(-1, 2, (t, case.n_returned.size)))
+    for shared in (False, True):  # one n_returned per trial, or one for all
+        lengths = np.broadcast_to(case.n_returned, n_returned.shape) if shared else n_returned
+        together = evaluate(case.judged, trials, all_metrics(),
+                            n_returned=case.n_returned if shared else n_returned)
+        for i in range(t):
+            alone = evaluate(case.judged, trials[i], all_metrics(), n_returned=lengths[i])
+            for name, values in alone.items():
+                assert together[name].shape == (t, case.judged.n_searches)
+                np.testing.assert_array_equal(together[name][i], values, err_msg=name)
+
+
+def brute_force(case: Case, q: int, metric: Metric) -> float:
+    """Exponential-gain NDCG and Judged@k straight from their definitions."""
+    qrels, n = case.qrels[case.query_ids[q]], case.n_returned[q]
+    returned = case.candidates[q][:n]
+    if metric.kind == "judged":
+        top = returned[: metric.k]
+        return sum(doc in qrels for doc in top) / min(metric.k, n)  # ir_measures' Judged@k
+    grades = sorted((g for g in qrels.values() if g > 0), reverse=True)
+    if not grades:
+        return math.nan
+    cut = metric.k  # None: the whole returned list, and every relevant memory in the ideal
+    dcg = sum((2 ** qrels.get(doc, 0) - 1) / math.log2(i + 2)
+              for i, doc in enumerate(returned[:cut]))
+    ideal = sum((2 ** g - 1) / math.log2(i + 2) for i, g in enumerate(grades[:cut]))
+    return dcg / ideal
+
+
+@pytest.mark.parametrize("metric", ["ndcg_exp@1", "ndcg_exp@5", "ndcg_exp@10", "ndcg_exp",
+                                    "judged@1", "judged@10", "judged@100"])
+def test_matches_the_direct_formula(metric: str) -> None:
+    case = random_case(4, n_queries=120)
+    m = parse_metric(metric)
+    ours = evaluate(case.judged, case.ranks, [m], n_returned=case.n_returned)[m.name]
+    expected = np.array([brute_force(case, q, m) for q in range(len(case.query_ids))])
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-12)
+    if m.kind == "ndcg_exp":  # grades up to 3, so the gain differs from the linear one
+        linear = evaluate(case.judged, case.ranks, [Metric("ndcg", m.k)],
+                          n_returned=case.n_returned)
+        assert not np.allclose(np.nan_to_num(linear[Metric("ndcg", m.k).name]),
+                               np.nan_to_num(ours))
+
+
+def test_worked_example() -> None:
+    # Search 0: relevant a (grade 2) at rank 2, b (1) not returned, c (0) at rank 0;
+    # another relevant memory (grade 3) of the query is not a candidate.
+    # Search 1: nothing relevant. Search 2: relevant at rank 0, only 1 returned.
+    judged = Judged(search=np.array([0, 0, 0, 1, 2]), grade=np.array([2, 1, 0, 0, 1]),
+                    ideal=np.array([[3, 2, 1], [0, 0, 0], [1, 0, 0]]))
+    ranks = np.array([2, -1, 0, 0, 0])
+    names = ["ndcg@3", "recall@3", "precision@3", "mrr", "map", "hit@1", "judged@3"]
+    out = evaluate(judged, ranks, [parse_metric(n) for n in names],
+                   n_returned=np.array([10, 4, 1]))
+    ideal = 3 + 2 / math.log2(3) + 1 / 2
+    expected = {"ndcg@3": [(2 / 2) / ideal, math.nan, 1.0], "recall@3": [1 / 3, math.nan, 1.0],
+                "precision@3": [1 / 3, math.nan, 1 / 3], "mrr": [1 / 3, math.nan, 1.0],
+                "map": [(1 / 3) / 3, math.nan, 1.0], "hit@1": [0.0, math.nan, 1.0],
+                "judged@3": [2 / 3, 1 / 3, 1.0]}
+    for name in names:
+        np.testing.assert_allclose(out[name], expected[name], rtol=1e-15, err_msg=name)
+
+
+def test_rank_at_or_beyond_n_returned_is_not_returned() -> None:
+    judged = Judged(search=np.array([0]), grade=np.array([1]), ideal=np.array([[1]]))
+    for n, expected in ((3, 1 / 3), (2, 0.0), (0, 0.0)):
+        out = evaluate(judged, np.array([2]), [Metric("mrr")], n_returned=np.array([n]))
+        assert out["mrr"].tolist() == [expected]
+    out = evaluate(judged, np.array([0]), [Metric("judged", 5)], n_returned=np.array([0]))
+    assert np.isnan(out["judged@5"]).all()  # nothing returned: no share to take
+
+
+def test_searches_without_pairs_and_empty_judged() -> None:
+    judged = Judged(search=np.array([1, 1]), grade=np.array([1, 0]),
+                    ideal=np.array([[2], [1], [0]]))
+    out = evaluate(judged, np.array([0, 1]), [Metric("ndcg", 10), Metric("mrr")],
+                   n_returned=np.array([5, 5, 5]))
+    assert out["ndcg@10"][:2].tolist() == [0.0, 1.0] and np.isnan(out["ndcg@10"][2])
+    empty = Judged(search=np.zeros(0, np.int64), grade=np.zeros(0, np.int64),
+                   ideal=np.array([[1], [0]]))
+    out = evaluate(empty, np.zeros(0, np.int64), [Metric("map"), Metric("recall", 5)],
+                   n_returned=np.array([3, 3]))
+    assert out["map"][0] == 0.0 and np.isnan(out["recall@5"][1])
+
+
+def test_judged_from_frames_builds_ideal_from_all_qrels() -> None:
+    searches = pl.DataFrame({"search": [1, 0, 2], "query_id": ["qa", "qb", "qa"]})
+    pairs = pl.DataFrame({"search": [0, 1, 1], "memory_id": ["m1", "m1", "m2"],
+                          "grade": [0, 2, 0]})
+    qrels = pl.DataFrame({"query_id": ["qa", "qa", "qa", "qb", "qc"],
+                          "memory_id": ["m1", "m2", "m3", "m1", "m9"],
+                          "relevance": [2, 0, 3, 0, 1]})
+    judged = judged_from_frames(searches, pairs, qrels)
+    assert judged.ideal.tolist() == [[0, 0], [3, 2], [3, 2]]
+    assert judged.search.tolist() == [0, 1, 1] and judged.grade.tolist() == [0, 2, 0]
+    assert judged.n_relevant.tolist() == [0, 2, 2]
+    with pytest.raises(ValueError, match="read-only"):
+        judged.grade[0] = 1
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda s, p, q: (s, p.reverse(), q), r"pairs: `search` must be sorted"),
+    (lambda s, p, q: (s, pl.concat([p, p.tail(1)]), q),
+     r"pairs: duplicate search=1, memory_id='m2'"),
+    (lambda s, p, q: (s, p, pl.concat([q, q.head(1)])), r"qrels: duplicate query_id='qa'"),
+    (lambda s, p, q: (s.with_columns(search=pl.Series([0, 0])), p, q), r"exactly once"),
+    (lambda s, p, q: (s, p.drop("grade"), q), r"pairs: missing column\(s\) \['grade'\]"),
+    (lambda s, p, q: (s, p.with_columns(grade=-1), q), r"grades must be >= 0"),
+])
+def test_judged_from_frames_rejects_bad_frames(change, message) -> None:  # type: ignore[no-untyped-def]
+    searches = pl.DataFrame({"search": [0, 1], "query_id": ["qa", "qb"]})
+    pairs = pl.DataFrame({"search": [0, 1], "memory_id": ["m1", "m2"], "grade": [1, 0]})
+    qrels = pl.DataFrame({"query_id": ["qa"], "memory_id": ["m1"], "relevance": [1]})
+    with pytest.raises(ValueError, match=message):
+        judged_from_frames(*change(searches, pairs, qrels))
+
+
+def test_evaluate_rejects_mismatched_shapes() -> None:
+    judged = Judged(search=np.array([0]), grade=np.array([1]), ideal=np.array([[1]]))
+    with pytest.raises(ValueError, match=r"ranks must have shape \(1,\) or \(T, 1\)"):
+        evaluate(judged, np.array([0, 1]), [Metric("mrr")], n_returned=np.array([1]))
+    with pytest.raises(ValueError, match=r"n_returned must have shape"):
+        evaluate(judged, np.array([[0], [0]]), [Metric("mrr")], n_returned=np.ones((3, 1)))
+    with pytest.raises(ValueError, match=r"ranks must hold integers, got dtype float64"):
+        evaluate(judged, np.array([0.0]), [Metric("mrr")], n_returned=np.array([1]))
+    with pytest.raises(ValueError, match=r"n_returned must be >= 0, got -1"):
+        evaluate(judged, np.array([0]), [Metric("mrr")], n_returned=np.array([-1]))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        Judged(search=np.array([1, 0]), grade=np.array([1, 1]), ideal=np.array([[1], [1]]))
+
+
+@pytest.mark.parametrize(("text", "name", "key"), [
+    ("ndcg@10", "ndcg@10", "ndcg_at_10"), ("NDCG@10", "ndcg@10", "ndcg_at_10"),
+    ("ndcg_cut_10", "ndcg@10", "ndcg_at_10"), ("ndcg_cut.10", "ndcg@10", "ndcg_at_10"),
+    ("ndcg_exp@10", "ndcg_exp@10", "ndcg_exp_at_10"), ("ndcg", "ndcg", "ndcg"),
+    ("P@5", "precision@5", "precision_at_5"), ("P_5", "precision@5", "precision_at_5"),
+    ("precision@5", "precision@5", "precision_at_5"), ("recall@100", "recall@100", "recall_at_100"),
+    ("recall_100", "recall@100", "recall_at_100"), ("mrr", "mrr", "mrr"),
+    ("recip_rank", "mrr", "mrr"), ("mrr@10", "mrr@10", "mrr_at_10"), ("map", "map", "map"),
+    ("map_cut_10", "map@10", "map_at_10"), ("hit@10", "hit@10", "hit_at_10"),
+    ("success@10", "hit@10", "hit_at_10"), ("success_1", "hit@1", "hit_at_1"),
+    ("judged@10", "judged@10", "judged_at_10"), (" MAP ", "map", "map"), ("AP", "map", "map"),
+])
+def test_parse_metric(text: str, name: str, key: str) -> None:
+    metric = parse_metric(text)
+    assert (metric.name, metric.key) == (name, key)
+    assert parse_metric(metric.name) == metric
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("ndcg@0", r"metric 'ndcg@0': Metric.k must be an integer >= 1"),
+    ("precision", r"metric 'precision': precision needs a cutoff k, e.g. precision@10"),
+    ("bpref", r"unknown metric 'bpref'; accepted: ndcg\[@K\]; ndcg_exp\[@K\]; recall"),
+    ("ndcg@ten", r"unknown metric 'ndcg@ten'"),
+    ("", r"unknown metric ''"),
+])
+def test_parse_metric_rejects(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        parse_metric(text)
+    assert all(kind in str(info.value) for kind in KINDS)  # the accepted list comes along
+
+
+def test_metric_validates_on_construction() -> None:
+    with pytest.raises(ValueError, match=r"Metric.kind must be one of"):
+        Metric("ndgc", 10)
+    with pytest.raises(ValueError, match=r"Metric.k must be an integer >= 1 or None, got 2.5"):
+        Metric("ndcg", 2.5)  # type: ignore[arg-type]

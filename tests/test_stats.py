@@ -1,0 +1,217 @@
+"""Aggregation with bootstrap CIs, paired comparisons, multiple-testing corrections."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from scipy import stats as scipy_stats
+
+from msprlab.experiments.stats import adjust_pvalues, aggregate, compare, holm, noninferior
+
+pytestmark = pytest.mark.filterwarnings("error")  # degenerate cells must not warn
+
+METRICS = ["ndcg@10", "mrr"]
+
+
+def per_query(seed: int, n: int = 300) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    ndcg = rng.beta(2, 3, n)
+    ndcg[rng.random(n) < 0.1] = math.nan  # queries without a relevant memory
+    return pl.DataFrame({
+        "search": np.arange(n),
+        "intent": rng.choice(["FACTUAL", "TEMPORAL", "UNKNOWN"], n, p=[0.25, 0.03, 0.72]),
+        "question_type": rng.integers(1, 4, n),
+        "ndcg@10": ndcg,
+        "mrr": rng.choice([0.0, 0.5, 1.0], n),
+    })
+
+
+def test_aggregate_counts_means_and_cis() -> None:
+    values = per_query(0)
+    table = aggregate(values, metric_cols=METRICS, n_resamples=500, min_support=20)
+    assert table.columns == ["group_by", "group", "metric", "n", "n_no_relevant", "mean",
+                             "ci_low", "ci_high", "confidence", "low_support", "ci_method"]
+    overall = table.filter(group_by="overall", metric="ndcg@10").row(0, named=True)
+    ndcg = values["ndcg@10"].to_numpy()
+    assert overall["n"] == np.count_nonzero(~np.isnan(ndcg))
+    assert overall["n_no_relevant"] == np.count_nonzero(np.isnan(ndcg)) > 0
+    assert overall["mean"] == pytest.approx(np.nanmean(ndcg), abs=1e-15)
+    assert (table["ci_low"] < table["mean"]).all() and (table["mean"] < table["ci_high"]).all()
+    # Groups: overall, then intent values, then question types (cast to strings), sorted.
+    groups = table.filter(metric="mrr").select("group_by", "group").rows()
+    assert groups == [("overall", "overall"), ("intent", "FACTUAL"), ("intent", "TEMPORAL"),
+                      ("intent", "UNKNOWN"), ("question_type", "1"), ("question_type", "2"),
+                      ("question_type", "3")]
+    small = table.filter(group="TEMPORAL", metric="mrr").row(0, named=True)
+    assert small["n"] < 20 and small["low_support"]
+    assert table.filter(group_by="overall")["low_support"].not_().all()
+    for row in table.filter(group_by="intent").iter_rows(named=True):
+        part = values.filter(intent=row["group"])[row["metric"]].to_numpy()
+        assert row["n"] + row["n_no_relevant"] == part.size
+
+
+def test_aggregate_ci_is_close_to_the_normal_interval() -> None:
+    values = per_query(1, n=2000)
+    row = aggregate(values, metric_cols=["mrr"], group_cols=(), n_resamples=2000).row(
+        0, named=True)
+    x = values["mrr"].to_numpy()
+    half = 1.96 * x.std(ddof=1) / math.sqrt(x.size)
+    assert row["ci_low"] == pytest.approx(x.mean() - half, abs=0.15 * half)
+    assert row["ci_high"] == pytest.approx(x.mean() + half, abs=0.15 * half)
+
+
+def test_aggregate_is_deterministic_per_seed_and_per_cell() -> None:
+    values = per_query(2)
+    first = aggregate(values, metric_cols=METRICS, n_resamples=300, seed=7)
+    assert_frame_equal(first, aggregate(values, metric_cols=METRICS, n_resamples=300, seed=7))
+    other = aggregate(values, metric_cols=METRICS, n_resamples=300, seed=8)
+    assert not first["ci_low"].equals(other["ci_low"])
+    # A cell's stream depends on its labels only: dropping a metric changes nothing else.
+    alone = aggregate(values, metric_cols=["mrr"], n_resamples=300, seed=7)
+    assert_frame_equal(alone, first.filter(metric="mrr"))
+
+
+def test_aggregate_degenerate_groups() -> None:
+    values = pl.DataFrame({"intent": ["a", "b", "b", "c", "c", None],
+                           "ndcg@10": [0.4, 0.7, 0.7, math.nan, math.nan, 1.0]})
+    table = aggregate(values, metric_cols=["ndcg@10"], group_cols=["intent"], min_support=2)
+    rows = {row["group"]: row for row in table.filter(group_by="intent").iter_rows(named=True)}
+    assert (rows["a"]["n"], rows["a"]["mean"]) == (1, 0.4) and math.isnan(rows["a"]["ci_low"])
+    assert (rows["b"]["ci_low"], rows["b"]["ci_high"]) == (0.7, 0.7)  # no variance
+    assert (rows["c"]["n"], rows["c"]["n_no_relevant"]) == (0, 2)
+    assert math.isnan(rows["c"]["mean"]) and rows["c"]["low_support"]
+    assert rows[None]["n"] == 1  # a null label is a group of its own
+
+
+def test_aggregate_bad_input() -> None:
+    values = pl.DataFrame({"ndcg@10": [0.5]})
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['intent', 'question_type'\].*"
+                                         r"pass group_cols=\(\)"):
+        aggregate(values, metric_cols=["ndcg@10"])
+    with pytest.raises(ValueError, match=r"confidence must be in \(0, 1\), got 95"):
+        aggregate(values, metric_cols=["ndcg@10"], group_cols=(), confidence=95)
+
+
+def test_holm_on_textbook_examples() -> None:
+    # Wikipedia, "Holm–Bonferroni method", worked example: p = 0.01, 0.03, 0.04, 0.005 for
+    # H1..H4 at alpha = 0.05; H1 and H4 are rejected, H2 and H3 are not. The adjusted
+    # values follow Holm (1979) as in R's p.adjust(method = "holm"):
+    # sorted 0.005 x 4, 0.01 x 3, 0.03 x 2, max(0.04 x 1, 0.06).
+    adjusted = holm([0.01, 0.03, 0.04, 0.005])
+    np.testing.assert_allclose(adjusted, [0.03, 0.06, 0.06, 0.02], rtol=1e-12)
+    assert (adjusted <= 0.05).tolist() == [True, False, False, True]
+    # R package HDLSSkST, documentation of Holm(pvalues, alpha) (Holm's step-down
+    # procedure, 1979): Holm(c(0.50, 0.01, 0.001, 0.69, 0.02, 0.05, 0.0025), 0.05) outputs
+    # 0 0 1 0 0 0 1 (that example rejects when p_(i) < alpha / (m - i + 1), strictly).
+    adjusted = holm([0.50, 0.01, 0.001, 0.69, 0.02, 0.05, 0.0025])
+    assert (adjusted < 0.05).astype(int).tolist() == [0, 0, 1, 0, 0, 0, 1]
+    np.testing.assert_allclose(adjusted, [1.0, 0.05, 0.007, 1.0, 0.08, 0.15, 0.015],
+                               rtol=1e-12)
+
+
+def test_adjust_pvalues_bh_is_scipys_and_skips_nan() -> None:
+    p = np.random.default_rng(0).random(40) ** 3
+    np.testing.assert_array_equal(adjust_pvalues(p, "bh"),
+                                  scipy_stats.false_discovery_control(p, method="bh"))
+    with_nan = np.concatenate([[math.nan], p, [math.nan]])
+    for method in ("holm", "bh"):
+        out = adjust_pvalues(with_nan, method)  # type: ignore[arg-type]
+        assert np.isnan(out[[0, -1]]).all()
+        np.testing.assert_array_equal(out[1:-1], adjust_pvalues(p, method))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="correction must be 'holm' or 'bh', got 'bonf'"):
+        adjust_pvalues(p, "bonf")  # type: ignore[arg-type]
+
+
+def arms_for(base: pl.DataFrame, seed: int) -> dict[str, pl.DataFrame]:
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(0, 0.05, (2, base.height))
+    return {
+        "better": base.with_columns(pl.col("ndcg@10") + 0.05 + noise[0], pl.col("mrr")),
+        "same": base.with_columns(pl.col("ndcg@10") + noise[1], pl.col("mrr")),
+    }
+
+
+def test_compare_finds_a_clear_effect_and_not_a_null_one() -> None:
+    base = per_query(3, n=400)
+    table = compare(base, arms_for(base, 3), metric_cols=METRICS, n_resamples=999)
+    assert table.height == 2 * 7 * 2  # arms x groups x metrics
+    better = table.filter(arm="better", group_by="overall", metric="ndcg@10").row(0, named=True)
+    assert better["delta"] == pytest.approx(better["mean_arm"] - better["mean_base"], abs=1e-12)
+    assert better["ci_low"] < better["delta"] < better["ci_high"]
+    assert better["ci_low"] > 0.04 and better["ci_high"] < 0.06
+    assert better["p_t"] < 1e-10 and better["p_perm"] == pytest.approx(2 / 1000)
+    assert better["p_t_adj"] < 1e-8
+    same = table.filter(arm="same", group_by="overall", metric="ndcg@10").row(0, named=True)
+    assert same["ci_low"] < 0 < same["ci_high"]
+    assert same["p_t"] > 0.2 and same["p_perm"] > 0.2
+    # mrr is unchanged in both arms: zero differences, p = 1, zero-width CI.
+    unchanged = table.filter(metric="mrr")
+    assert (unchanged["p_t"] == 1).all() and (unchanged["p_perm"] == 1).all()
+    assert (unchanged["ci_low"] == 0).all() and (unchanged["ci_high"] == 0).all()
+    assert table["correction"][0] == "Holm over 28 rows (arms x groups x metrics)"
+
+
+def test_compare_corrects_over_the_whole_family() -> None:
+    base = per_query(4, n=200)
+    for correction in ("holm", "bh"):
+        table = compare(base, arms_for(base, 4), metric_cols=METRICS, n_resamples=200,
+                        correction=correction)  # type: ignore[arg-type]
+        for raw, adjusted in (("p_t", "p_t_adj"), ("p_perm", "p_perm_adj")):
+            np.testing.assert_array_equal(
+                table[adjusted].to_numpy(),
+                adjust_pvalues(table[raw].to_numpy(), correction))  # type: ignore[arg-type]
+            assert (table[adjusted] >= table[raw]).all()
+
+
+def test_compare_is_deterministic_and_pairs_by_key() -> None:
+    base = per_query(5, n=150)
+    arms = arms_for(base, 5)
+    first = compare(base, arms, metric_cols=METRICS, n_resamples=200, seed=1)
+    assert_frame_equal(first, compare(base, arms, metric_cols=METRICS, n_resamples=200, seed=1))
+    shuffled = {name: arm.sample(fraction=1.0, shuffle=True, seed=0) for name, arm in arms.items()}
+    assert_frame_equal(first, compare(base, shuffled, metric_cols=METRICS, n_resamples=200,
+                                      seed=1))
+    alone = compare(base, {"same": arms["same"]}, metric_cols=METRICS, n_resamples=200, seed=1)
+    assert_frame_equal(alone.drop("p_t_adj", "p_perm_adj", "correction"),
+                       first.filter(arm="same").drop("p_t_adj", "p_perm_adj", "correction"))
+
+
+def test_compare_degenerate_cells() -> None:
+    base = pl.DataFrame({"search": [0, 1, 2, 3, 4], "intent": ["a", "b", "b", "c", "c"],
+                         "ndcg@10": [0.1, 0.2, 0.4, 0.5, math.nan]})
+    arm = base.with_columns(pl.col("ndcg@10") + 0.1)  # a constant shift
+    table = compare(base, {"shift": arm}, metric_cols=["ndcg@10"], group_cols=["intent"],
+                    n_resamples=100)
+    rows = {row["group"]: row for row in table.iter_rows(named=True)}
+    assert rows["a"]["n"] == 1 and rows["a"]["delta"] == pytest.approx(0.1)
+    assert math.isnan(rows["a"]["p_t"]) and math.isnan(rows["a"]["ci_low"])
+    assert math.isnan(rows["b"]["p_t"])  # zero variance of the differences: t undefined
+    assert rows["b"]["ci_low"] == pytest.approx(0.1) == rows["b"]["ci_high"]
+    assert rows["b"]["p_perm"] == pytest.approx(0.5)  # exact: 2 of the 4 sign flips as extreme
+    assert (rows["c"]["n"], rows["c"]["n_no_relevant"]) == (1, 1)
+    assert rows["overall"]["low_support"]
+
+
+@pytest.mark.parametrize(("arm", "message"), [
+    (lambda b: b.filter(pl.col("search") > 0), r"base: 1 search value\(s\) missing on the "
+                                               r"other side \(e.g. 0\)"),
+    (lambda b: pl.concat([b, b.head(1)]), r"arm 'x': 'search' must identify one query"),
+    (lambda b: b.drop("mrr"), r"arm 'x': missing column\(s\) \['mrr'\]"),
+])
+def test_compare_bad_input(arm, message) -> None:  # type: ignore[no-untyped-def]
+    base = per_query(6, n=20)
+    with pytest.raises(ValueError, match=message):
+        compare(base, {"x": arm(base)}, metric_cols=METRICS, n_resamples=10)
+
+
+def test_noninferior_gate() -> None:
+    lows = np.array([-0.005, -0.02, 0.01, math.nan])
+    assert noninferior(lows, 0.01).tolist() == [True, False, True, False]
+    assert bool(noninferior(-0.001, 0.0)) is False and bool(noninferior(0.0, 0.0)) is False
+    assert bool(noninferior(0.001, 0.0))
+    with pytest.raises(ValueError, match=r"margin must be a finite number >= 0, got -0\.1"):
+        noninferior(lows, -0.1)
