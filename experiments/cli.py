@@ -15,7 +15,9 @@ from rich.table import Table
 
 from msprlab.datasets.atomic import write_json_atomic
 from msprlab.datasets.scenario import ScenarioError, load_scenario
+from msprlab.experiments.evaluate_cli import add_evaluate_command
 from msprlab.experiments.ingest_cli import add_ingest_commands
+from msprlab.experiments.replay_cli import add_replay_command
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 DEMO_SCENARIOS = Path(__file__).parent / "scenarios"
@@ -134,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="msprlab", description="Offline evaluation harness for ContextKit's MSPR ranker.")
     commands = parser.add_subparsers(dest="command", required=True)
     add_ingest_commands(commands)
+    add_evaluate_command(commands)
+    add_replay_command(commands)
     demo = commands.add_parser("demo", help="run the engine on the spec's worked examples")
     demo.set_defaults(func=cmd_demo)
     scenario = commands.add_parser("scenario", help="replay or compare scenario files")

@@ -114,12 +114,30 @@ class CandidateTable:
     candidates: search, position (discovery order), memory_id, was_seed, the six FEATURES,
         relevance, role (soft-role multiplier: 1 no effect, 0 denied), logged_rank (0-based
         rank in the logged ranking, null when not shown), grade (null when unjudged).
+    qrels: query_id, memory_id, relevance of the evaluated queries (the ideal rankings
+        need every judged memory, candidate or not).
     meta: dataset digest and source, frequency mode, feedback policy, seeds, the table key.
     """
 
     searches: pl.DataFrame
     candidates: pl.DataFrame
+    qrels: pl.DataFrame
     meta: dict[str, Any]
+
+    def subset(self, keep: pl.Series | np.ndarray) -> CandidateTable:
+        """The searches where `keep` is true (a bool per search), renumbered 0..n-1."""
+        mask = pl.Series(np.asarray(keep, dtype=bool))
+        if mask.len() != self.searches.height:
+            raise ValueError(f"subset: expected {self.searches.height} flags, got {mask.len()}")
+        kept = self.searches.filter(mask)
+        renumber = pl.DataFrame({"search": kept["search"],
+                                 "_new": pl.int_range(kept.height, dtype=pl.Int64, eager=True)})
+        candidates = (self.candidates.join(renumber, on="search", how="inner",
+                                           maintain_order="left")
+                      .with_columns(search=pl.col("_new")).drop("_new"))
+        qrels = self.qrels.filter(pl.col("query_id").is_in(kept["query_id"].implode()))
+        return CandidateTable(kept.with_columns(search=renumber["_new"]), candidates, qrels,
+                              self.meta)
 
     def block(self, *, limit: int | None = None) -> CandidateBlock:
         """The candidates as the batch scorer's arrays (rows in table order)."""
@@ -142,6 +160,7 @@ class CandidateTable:
         try:
             self.searches.write_parquet(staging / "searches.parquet")
             self.candidates.write_parquet(staging / "candidates.parquet")
+            self.qrels.write_parquet(staging / "qrels.parquet")
             (staging / "meta.json").write_text(json.dumps(self.meta, indent=2, sort_keys=True,
                                                           default=str), encoding="utf-8")
             if folder.exists():
@@ -156,6 +175,7 @@ class CandidateTable:
         folder = Path(folder)
         return CandidateTable(pl.read_parquet(folder / "searches.parquet"),
                               pl.read_parquet(folder / "candidates.parquet"),
+                              pl.read_parquet(folder / "qrels.parquet"),
                               json.loads((folder / "meta.json").read_text(encoding="utf-8")))
 
 
@@ -309,7 +329,10 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
             "limit": limit, "policy": repr(policy), "table_key": table_key(config, frequency),
             "weights_bound": frequency == "closed_loop",
             "config": as_dict(config), "code": code_digest()}
-    return CandidateTable(*out.frames(engine_rankings), meta=meta)
+    searches, candidates = out.frames(engine_rankings)
+    qrels = ds.qrels.select("query_id", "memory_id", "relevance").filter(
+        pl.col("query_id").is_in(searches["query_id"].unique().implode()))
+    return CandidateTable(searches, candidates, qrels, meta=meta)
 
 
 def vectors_as_tuples(vectors: np.ndarray, q: int) -> tuple[float, ...]:

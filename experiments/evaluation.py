@@ -1,0 +1,156 @@
+"""Score weight vectors on a candidate table and measure them, per query.
+
+`Scorer.of(table, metrics)` prepares a table (or a split of it) once: the batch scorer's
+block, the judged pairs and their rows. Then each weight vector costs one vectorised score
+pass, the ranks of the judged rows and the metrics, with no per-query Python:
+
+>>> scorer = Scorer.of(table, [parse_metric("ndcg@10")])          # doctest: +SKIP
+>>> scorer.mean(Arm("tuned", weights), "ndcg@10")                   # doctest: +SKIP
+
+An `Arm` is what a configuration changes on one table: the six weights, whether intent
+routing moves them, and whether a soft role policy rescores the results.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from msprlab.engine import EngineConfig
+from msprlab.engine.batch import WEIGHTS, CandidateBlock, ranks_of, row_ranks, scores
+
+from .metrics import Judged, Metric, evaluate, judged_from_frames
+from .replay import CandidateTable
+
+__all__ = ["Arm", "Scorer", "arm_of", "per_query", "weights_of"]
+
+GROUP_COLUMNS = ("intent", "question_type")
+
+
+def weights_of(config: EngineConfig) -> tuple[float, ...]:
+    """The six weights of a configuration, in `WEIGHTS` order."""
+    return tuple(float(getattr(config.retrieval, name)) for name in WEIGHTS)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One ranker to score: a name, the six weights (`WEIGHTS` order), intent and roles."""
+
+    name: str
+    weights: tuple[float, ...]
+    intent: bool = False
+    roles: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.weights) != len(WEIGHTS):
+            raise ValueError(f"arm {self.name!r}: expected {len(WEIGHTS)} weights "
+                             f"({', '.join(WEIGHTS)}), got {len(self.weights)}")
+        for name, value in zip(WEIGHTS, self.weights, strict=True):
+            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+                raise ValueError(f"arm {self.name!r}: {name} must be in [0, 1], got {value!r}")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, **dict(zip(WEIGHTS, self.weights, strict=True)),
+                "intent": self.intent, "roles": self.roles}
+
+
+def arm_of(name: str, config: EngineConfig) -> Arm:
+    """The arm a full configuration scores as on a table built for it."""
+    mspr = config.mspr
+    return Arm(name, weights_of(config), intent=mspr.enabled and mspr.intent.enabled,
+               roles=mspr.enabled and mspr.role.enabled)
+
+
+@dataclass(frozen=True, eq=False)
+class Scorer:
+    """A candidate table prepared for scoring many arms."""
+
+    table: CandidateTable
+    block: CandidateBlock
+    judged: Judged
+    rows: np.ndarray          # internal block row of each judged pair, in `judged` order
+    returned: np.ndarray      # (S,) returned-list length per search (table order)
+    metrics: tuple[Metric, ...]
+    _bound: tuple[float, ...] | None = field(default=None, repr=False)
+
+    @staticmethod
+    def of(table: CandidateTable, metrics: Sequence[Metric], *,
+           limit: int | None = None) -> Scorer:
+        """Prepare `table`; `limit` overrides the searches' own limits."""
+        if not metrics:
+            raise ValueError("Scorer.of: name at least one metric")
+        block = table.block(limit=limit)
+        pairs = table.candidates.with_row_index("_row").filter(pl.col("grade").is_not_null())
+        judged = judged_from_frames(table.searches.select("search", "query_id"),
+                                    pairs.select("search", "memory_id", "grade"), table.qrels)
+        rows = block.internal_rows(pairs["_row"].cast(pl.Int64).to_numpy())
+        returned = np.empty(block.n_searches, dtype=np.int64)
+        returned[block.searches] = block.returned()
+        bound = None
+        if table.meta.get("weights_bound"):
+            config = table.meta["config"]["retrieval"]
+            bound = tuple(float(config[name]) for name in WEIGHTS)
+        return Scorer(table, block, judged, rows, returned, tuple(metrics), bound)
+
+    @property
+    def n_searches(self) -> int:
+        return self.block.n_searches
+
+    def _check(self, arm: Arm) -> None:
+        if self._bound is not None and arm.weights != self._bound:
+            raise ValueError(f"arm {arm.name!r}: this table comes from a closed-loop replay, "
+                             f"bound to the weights {self._bound}; replay again for other "
+                             "weights (or use the logged frequency mode)")
+
+    def ranks(self, arm: Arm) -> np.ndarray:
+        """Rank of each judged pair in its search's returned list (-1: not returned)."""
+        self._check(arm)
+        score = scores(self.block, arm.weights, intent=arm.intent)
+        return ranks_of(self.block, score, self.rows, roles=arm.roles)
+
+    def values(self, arm: Arm) -> dict[str, np.ndarray]:
+        """Metric name -> per-search values (table order; NaN: no relevant memory)."""
+        return evaluate(self.judged, self.ranks(arm), self.metrics, n_returned=self.returned)
+
+    def mean(self, arm: Arm, metric: str) -> float:
+        """Mean of one metric over the searches that have a relevant memory."""
+        column = self.values(arm)[metric]
+        kept = column[~np.isnan(column)]
+        return float(kept.mean()) if kept.size else math.nan
+
+    def frame(self, arm: Arm) -> pl.DataFrame:
+        """One row per search: search, event_id, query_id, intent, question_type and one
+        column per metric (named as `Metric.name`)."""
+        s = self.table.searches
+        values = self.values(arm)
+        return s.select("search", "event_id", "query_id",
+                        pl.col("intent_label").alias("intent"), "question_type").with_columns(
+            **{m.name: pl.Series(values[m.name]) for m in self.metrics})
+
+    def rankings(self, arm: Arm) -> list[list[str]]:
+        """Each search's returned memory ids in rank order (the slow, full-sort path)."""
+        self._check(arm)
+        score = scores(self.block, arm.weights, intent=arm.intent)
+        rank = row_ranks(self.block, score, roles=arm.roles)
+        caller = self.block.internal_rows(np.arange(self.block.n_rows))
+        ranked = self.table.candidates.select("search", "memory_id").with_columns(
+            rank=pl.Series(rank[caller]))
+        found = dict(ranked.filter(pl.col("rank") >= 0).sort("search", "rank")
+                     .group_by("search", maintain_order=True).agg("memory_id").iter_rows())
+        return [found.get(i, []) for i in range(self.table.searches.height)]
+
+    def match_rate(self, arm: Arm) -> tuple[int, int]:
+        """(searches whose ranking equals the logged one, searches with a logged ranking)."""
+        logged = self.table.searches["logged"].to_list()
+        pairs = [(a, b) for a, b in zip(self.rankings(arm), logged, strict=True)
+                 if b is not None]
+        return sum(a == b for a, b in pairs), len(pairs)
+
+
+def per_query(scorer: Scorer, arms: Mapping[str, Arm]) -> dict[str, pl.DataFrame]:
+    """`Scorer.frame` for every arm."""
+    return {name: scorer.frame(arm) for name, arm in arms.items()}
