@@ -29,6 +29,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,8 +53,8 @@ from .clicks import (
     PositionBasedModel,
     VerdictModel,
 )
-from .schema import EMBEDDINGS, Dataset
-from .simulate import simulate_log
+from .schema import EMBEDDINGS, QUERY_EMBEDDINGS, Dataset
+from .simulate import _complete, memory_events, order_events, simulate_log
 from .sources.locomo import DEFAULT_EDGES, LOCOMO_PATH, load_locomo, locomo_anomalies
 from .sources.scifact import SCIFACT_DIR, load_scifact
 from .store import Progress
@@ -64,11 +65,13 @@ if TYPE_CHECKING:  # embed imports scikit-learn (seconds): only where an embedde
 
 __all__ = ["CLICK_MODELS", "LocomoBuild", "LogSpec", "build_locomo", "build_locomo_log",
            "build_scifact", "build_synthetic", "default_logging_config", "default_p_helpful",
-           "make_click_model",
-           "with_embeddings"]
+           "make_click_model", "static_log", "with_embeddings"]
 
 CLICK_MODELS: dict[str, type[ClickModel]] = {
     "pbm": PositionBasedModel, "cascade": CascadeModel, "dcm": DependentClickModel}
+
+
+STATIC_LOG_AT = datetime(2020, 1, 1)
 
 
 def _silent(stage: str, done: int, total: int) -> None:
@@ -285,3 +288,43 @@ def build_scifact(split: str, embedder: Embedder | None = None, *,
         return dataset
     report(f"embedding abstracts ({embedder.name})", 1, 2)
     return with_embeddings(dataset, embedder)
+
+
+def static_log(dataset: Dataset, embedder: Embedder, *, at: datetime = STATIC_LOG_AT,
+               limit: int = 100) -> Dataset:
+    """A corpus without times, searched once per query: every memory exists from `at`, and
+    query i is searched at `at` + i seconds by its owner, with no feedback and nothing shown.
+
+    For judged corpora without a log (SciFact): the replay then measures the static
+    ranker, the dense and lexical parts above all. Memories get `created_at = at` where it
+    is null; memories and queries are embedded with `embedder` (fitted on the memory texts),
+    and the query vectors are stored so the replay finds the same seeds. The digest is
+    sha256 of the input digest, the embedder, `at` and `limit`.
+    """
+    memories = dataset.memories.with_columns(pl.col("created_at").fill_null(at))
+    texts = memories["text"].fill_null("").to_list()
+    fitted = _ready(embedder, texts)
+    vectors = np.ascontiguousarray(fitted.embed(texts), dtype=np.float32)
+    questions = np.ascontiguousarray(fitted.embed(dataset.queries["text"].to_list()),
+                                     dtype=np.float32)
+    queries = dataset.queries
+    searches = pl.DataFrame({
+        "ts": [at + timedelta(seconds=i + 1) for i in range(queries.height)],
+        "kind": "search", "query_id": queries["query_id"], "query": queries["text"],
+        "user_id": queries["user_id"], "agent_id": queries["agent_id"],
+        "run_id": queries["run_id"], "filters": "{}", "limit": limit})
+    events = order_events(pl.concat([memory_events(memories), _complete(searches)]))
+    digest = hashlib.sha256(f"{dataset.digest}|{embedder.name}|{vectors.shape}|{at}|{limit}"
+                            .encode())
+    digest.update(vectors.tobytes())
+    digest.update(questions.tobytes())
+    return replace(dataset, memories=memories, events=events, digest=digest.hexdigest(),
+                   version=f"{dataset.version}+static/{embedder.name}",
+                   embeddings=pl.DataFrame({
+                       "memory_id": memories["memory_id"], "embedder": embedder.name,
+                       "vector": pl.Series(vectors).cast(pl.List(pl.Float32))},
+                       schema=EMBEDDINGS),
+                   query_embeddings=pl.DataFrame({
+                       "query_id": queries["query_id"], "embedder": embedder.name,
+                       "vector": pl.Series(questions).cast(pl.List(pl.Float32))},
+                       schema=QUERY_EMBEDDINGS))

@@ -1,0 +1,277 @@
+"""Experiment definitions: TOML files in `experiments/configs/`, read strictly.
+
+A definition names the dataset (and how its feedback log is simulated), the time split,
+the engine configuration (a ContextKit config dict: the full ranker the arms switch parts
+of), the replay settings, the metrics, the ablation arms, the weight search and the
+tracking store. Every table is read by `_section`, which rejects a key it does not know and
+lists the known ones, so a typo never silently falls back to a default. `load_experiment`
+takes a file path or the name of a shipped definition (`locomo`, `synthetic`,
+`scifact-sanity`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from msprlab.engine import EngineConfig, config_from_dict
+from msprlab.engine.batch import WEIGHTS
+from msprlab.engine.config import ConfigError
+from msprlab.engine.roles import POLICY_NAMES
+
+from .metrics import parse_metric
+from .replay import FREQUENCY_MODES
+from .splits import SplitSpec
+
+__all__ = ["ARMS", "CONFIG_DIR", "ExperimentConfig", "ExperimentError", "load_experiment",
+           "shipped_experiments"]
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+SOURCES = ("locomo-log", "synthetic", "scifact", "store")
+ARMS = ("baseline", "personal", "frequency", "success", "intent", "roles", "all")
+SAMPLERS = ("tpe", "cmaes", "random")
+PRUNERS = ("none", "wilcoxon")
+
+
+class ExperimentError(ValueError):
+    """A definition that cannot run: which file, which key, what is wrong."""
+
+
+@dataclass(frozen=True)
+class DatasetSection:
+    source: str = "locomo-log"
+    store: str = "runs/locomo.duckdb"  # relative to the working folder
+    searches: int = 3000               # simulated searches (locomo-log, synthetic)
+    click_model: str = "pbm"
+    seed: int = 1                      # the log's seed (the experiment seed drives the rest)
+    split: str = "test"                # scifact: the BEIR split
+    embedder: str = "tfidf-svd"
+    users: int = 12                    # synthetic: users
+    memories_per_user: int = 60        # synthetic
+    queries_per_user: int = 8          # synthetic
+
+
+@dataclass(frozen=True)
+class SplitSection:
+    test_fraction: float = 0.3
+    gap_days: float = 0.0
+    per_user: bool = False
+
+    def spec(self) -> SplitSpec:
+        return SplitSpec(test_fraction=self.test_fraction,
+                         gap=timedelta(days=self.gap_days), per_user=self.per_user)
+
+
+@dataclass(frozen=True)
+class ReplaySection:
+    frequency: str = "logged"
+    limit: int = 0   # 0: each logged search's own limit
+    policy: str = "none"
+
+
+@dataclass(frozen=True)
+class MetricsSection:
+    names: tuple[str, ...] = ("ndcg@10", "recall@10", "mrr")
+    primary: str = "ndcg@10"
+    bootstrap: int = 1000
+    min_support: int = 30
+    correction: str = "holm"
+
+
+@dataclass(frozen=True)
+class AblationSection:
+    arms: tuple[str, ...] = ARMS
+    # The weight a new signal gets when its arm switches it on.
+    weights: Mapping[str, float] = field(default_factory=lambda: {
+        "delta_personal": 0.3, "epsilon_frequency": 0.1, "zeta_success": 0.3})
+
+
+@dataclass(frozen=True)
+class TuneSection:
+    trials: int = 300
+    sampler: str = "tpe"
+    pruner: str = "none"
+    objectives: tuple[str, ...] = ("ndcg@10",)
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict.fromkeys(
+        WEIGHTS, (0.0, 1.0)))
+    storage: str = ""   # empty: a journal file beside the store
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class TrackingSection:
+    uri: str = "sqlite:///mlflow.db"
+    experiment: str = "msprlab"
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A parsed, validated experiment definition."""
+
+    name: str
+    path: Path
+    description: str
+    seed: int
+    dataset: DatasetSection
+    split: SplitSection
+    engine: EngineConfig
+    engine_dict: Mapping[str, Any]
+    replay: ReplaySection
+    metrics: MetricsSection
+    ablation: AblationSection
+    tune: TuneSection
+    tracking: TrackingSection
+    raw: Mapping[str, Any] = field(repr=False)
+
+    def digest(self) -> str:
+        """sha256 of the definition as parsed (the config hash every result carries)."""
+        return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()
+                              ).hexdigest()
+
+
+_TOP = ("name", "description", "seed", "dataset", "split", "engine", "replay", "metrics",
+        "ablation", "tune", "tracking")
+
+
+def _section(cls: type, raw: Any, where: str) -> Any:
+    """`cls(**raw)` with every key known, every value of the default's type."""
+    if raw is None:
+        return cls()
+    if not isinstance(raw, dict):
+        raise ExperimentError(f"{where}: expected a table, got {raw!r}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ExperimentError(f"{where}: unknown key {unknown[0]!r}; known keys: "
+                              f"{', '.join(known)}")
+    defaults = cls()
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        default = getattr(defaults, key)
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        elif isinstance(default, tuple):
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+            value = tuple(value) if ok else value
+        else:  # a mapping: checked by the caller
+            ok = isinstance(value, dict)
+        if not ok:
+            raise ExperimentError(f"{where}.{key}: expected {type(default).__name__}, got "
+                                  f"{value!r}")
+        values[key] = value
+    return cls(**values)
+
+
+def _choice(where: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ExperimentError(f"{where}: {value!r} is not one of {', '.join(allowed)}")
+
+
+def _weights(where: str, raw: Mapping[str, Any]) -> None:
+    for name in raw:
+        if name not in WEIGHTS:
+            raise ExperimentError(f"{where}: unknown weight {name!r}; known: "
+                                  f"{', '.join(WEIGHTS)}")
+
+
+def shipped_experiments() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+
+
+def load_experiment(name_or_path: str | Path) -> ExperimentConfig:
+    """Read and validate a definition: a .toml path, or a shipped name like "locomo"."""
+    path = Path(name_or_path)
+    if path.suffix != ".toml":
+        path = CONFIG_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise ExperimentError(f"no experiment {str(name_or_path)!r}: pass a .toml file or "
+                                  f"one of {', '.join(shipped_experiments())}")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ExperimentError(f"{path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ExperimentError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return _parse(raw, path)
+    except ExperimentError as exc:
+        raise ExperimentError(f"{path}: {exc}") from None
+
+
+def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
+    unknown = sorted(set(raw) - set(_TOP))
+    if unknown:
+        raise ExperimentError(f"unknown key {unknown[0]!r}; known top-level keys: "
+                              f"{', '.join(_TOP)}")
+    name = raw.get("name", path.stem)
+    seed = raw.get("seed", 0)
+    if not isinstance(name, str) or not isinstance(seed, int) or isinstance(seed, bool):
+        raise ExperimentError("name must be a string and seed an integer")
+    dataset = _section(DatasetSection, raw.get("dataset"), "dataset")
+    _choice("dataset.source", dataset.source, SOURCES)
+    split = _section(SplitSection, raw.get("split"), "split")
+    try:
+        split.spec()
+    except ValueError as exc:
+        raise ExperimentError(str(exc)) from None
+    engine_dict = raw.get("engine", {})
+    try:
+        engine = config_from_dict(engine_dict)
+    except ConfigError as exc:
+        raise ExperimentError(f"engine: {exc}") from None
+    replay = _section(ReplaySection, raw.get("replay"), "replay")
+    _choice("replay.frequency", replay.frequency, FREQUENCY_MODES)
+    _choice("replay.policy", replay.policy, POLICY_NAMES)
+    metrics = _section(MetricsSection, raw.get("metrics"), "metrics")
+    for metric in (*metrics.names, metrics.primary):
+        try:
+            parse_metric(metric)
+        except ValueError as exc:
+            raise ExperimentError(f"metrics: {exc}") from None
+    if metrics.primary not in metrics.names:
+        raise ExperimentError(f"metrics.primary {metrics.primary!r} must be one of "
+                              f"metrics.names {list(metrics.names)}")
+    _choice("metrics.correction", metrics.correction, ("holm", "bh"))
+    ablation = _section(AblationSection, raw.get("ablation"), "ablation")
+    for arm in ablation.arms:
+        _choice("ablation.arms", arm, ARMS)
+    _weights("ablation.weights", ablation.weights)
+    tune = _section(TuneSection, raw.get("tune"), "tune")
+    _choice("tune.sampler", tune.sampler, SAMPLERS)
+    _choice("tune.pruner", tune.pruner, PRUNERS)
+    _weights("tune.ranges", tune.ranges)
+    ranges = {}
+    for weight, bounds in tune.ranges.items():
+        if not (isinstance(bounds, list | tuple) and len(bounds) == 2
+                and all(isinstance(b, int | float) for b in bounds)
+                and 0.0 <= bounds[0] <= bounds[1] <= 1.0):
+            raise ExperimentError(f"tune.ranges.{weight}: expected [low, high] with "
+                                  f"0 <= low <= high <= 1, got {bounds!r}")
+        ranges[weight] = (float(bounds[0]), float(bounds[1]))
+    if "ranges" in (raw.get("tune") or {}):
+        tune = replace(tune, ranges=ranges)
+    if tune.trials < 1 or tune.workers < 1:
+        raise ExperimentError("tune.trials and tune.workers must be >= 1")
+    for objective in tune.objectives:
+        metric = objective.split("/")[0]
+        if metric not in metrics.names:
+            raise ExperimentError(f"tune.objectives: {objective!r} measures {metric!r}, which "
+                                  f"is not in metrics.names {list(metrics.names)}")
+    tracking = _section(TrackingSection, raw.get("tracking"), "tracking")
+    return ExperimentConfig(
+        name=name, path=path, description=str(raw.get("description", "")), seed=seed,
+        dataset=dataset, split=split, engine=engine, engine_dict=engine_dict, replay=replay,
+        metrics=metrics, ablation=ablation, tune=tune, tracking=tracking, raw=raw)

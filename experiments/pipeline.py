@@ -1,0 +1,222 @@
+"""An experiment end to end: data, replay, split, ablation, weight search, test, tracking.
+
+`prepare_store` builds the experiment's dataset (LoCoMo with a simulated feedback log, the
+synthetic world, SciFact searched once per query, or an existing store) and ingests it;
+the store's file name carries a hash of the dataset settings, so a changed setting builds
+a new store and an unchanged one is reused. `tables` replays the store once per table key
+(cached beside the store). Everything reported is measured on the test window of the
+time split; tuning sees only the train window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from msprlab.datasets.schema import Dataset
+from msprlab.engine import EngineConfig
+from msprlab.engine.config import as_dict
+from msprlab.engine.roles import RolePolicy, policy_from_name
+
+from .ablation import AblationResult, ladder, ladder_arms
+from .evaluation import Arm, Scorer, arm_of
+from .experiment_config import ExperimentConfig
+from .metrics import parse_metric
+from .replay import CandidateTable, cached_replay, table_key
+from .splits import split_searches
+from .stats import aggregate, compare
+
+__all__ = ["Prepared", "Stage", "ablate", "prepare_store", "split_tables", "tables"]
+
+Stage = Callable[[str, int, int], None]  # (what, done, total)
+GROUPS = ("intent", "question_type")
+
+
+def _quiet(what: str, done: int, total: int) -> None:
+    return None
+
+
+def store_path(cfg: ExperimentConfig, root: Path) -> Path:
+    """runs/NAME-HASH.duckdb: the hash covers every dataset setting and the experiment seed."""
+    if cfg.dataset.source == "store":
+        return Path(cfg.dataset.store)
+    spec = json.dumps(asdict(cfg.dataset), sort_keys=True)
+    stem = Path(cfg.dataset.store).stem
+    digest = hashlib.sha256(spec.encode()).hexdigest()[:10]
+    return root / Path(cfg.dataset.store).parent / f"{stem}-{digest}.duckdb"
+
+
+def _build(cfg: ExperimentConfig, progress: Stage) -> tuple[Dataset, dict[str, Any] | None]:
+    from msprlab.datasets import build
+    from msprlab.datasets.embed import make_embedder
+    d = cfg.dataset
+    embedder = make_embedder(d.embedder)
+    log = build.LogSpec(n_searches=d.searches, click_model=build.make_click_model(
+        d.click_model, max_grade=3 if d.source == "synthetic" else 1),
+        verdict_model=_verdicts(3 if d.source == "synthetic" else 1))
+    report: Any = lambda stage, done, total: progress(stage, done, total)  # noqa: E731
+    if d.source == "locomo-log":
+        return build.build_locomo_log(embedder, log, seed=d.seed, progress=report).dataset, None
+    if d.source == "synthetic":
+        from msprlab.datasets.sidecars import truth_record
+        from msprlab.datasets.synthetic import SyntheticSpec
+        spec = SyntheticSpec(n_users=d.users, memories_per_user=d.memories_per_user,
+                             queries_per_user=d.queries_per_user)
+        dataset, truth = build.build_synthetic(spec, log, seed=d.seed, progress=report)
+        return dataset, truth_record(truth, spec, seed=d.seed, digest=dataset.digest)
+    if d.source == "scifact":
+        progress("reading SciFact", 0, 2)
+        corpus = build.build_scifact(d.split)
+        progress("embedding abstracts and claims", 1, 2)
+        return build.static_log(corpus, embedder), None
+    raise ValueError(f"dataset.source {d.source!r} cannot be built")
+
+
+def _verdicts(max_grade: int) -> Any:
+    from msprlab.datasets.build import default_p_helpful
+    from msprlab.datasets.clicks import VerdictModel
+    return VerdictModel(p_helpful=default_p_helpful(max_grade))
+
+
+def prepare_store(cfg: ExperimentConfig, root: Path, progress: Stage = _quiet) -> Path:
+    """The experiment's event store, built and ingested unless it exists already."""
+    from msprlab.datasets.store import ingest
+    path = store_path(cfg, root)
+    if path.is_file():
+        return path
+    if cfg.dataset.source == "store":
+        raise FileNotFoundError(f"dataset.store {path} does not exist; ingest it first "
+                                "(msprlab ingest ...)")
+    dataset, truth = _build(cfg, progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ingest(dataset, path, progress=lambda stage, done, total: progress(
+        f"writing the store: {stage}", done, total))
+    if truth is not None:
+        from msprlab.datasets.sidecars import truth_path, write_truth
+        write_truth(truth_path(path), truth)
+    return path
+
+
+@dataclass
+class Prepared:
+    """The replayed tables of an experiment, keyed by table key, and the split labels."""
+
+    dataset: Dataset
+    store: Path
+    tables: dict[str, CandidateTable]          # key hash -> table
+    key_of: dict[str, str]                     # config name -> key hash
+    split: pl.Series                           # per search: train / gap / test
+    from_cache: dict[str, bool] = field(default_factory=dict)
+
+    def table(self, name: str) -> CandidateTable:
+        return self.tables[self.key_of[name]]
+
+
+def _policy(cfg: ExperimentConfig) -> RolePolicy | None:
+    return policy_from_name(cfg.replay.policy)
+
+
+def tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, EngineConfig],
+           progress: Stage = _quiet) -> Prepared:
+    """Replay the store once per distinct table key of `configs` (cached beside the store)."""
+    from msprlab.datasets.store import load_dataset
+    dataset = load_dataset(store)
+    frequency: Any = cfg.replay.frequency
+    limit = cfg.replay.limit or None
+    keys: dict[str, str] = {}
+    representative: dict[str, EngineConfig] = {}
+    for name, config in configs.items():
+        key = hashlib.sha256(json.dumps(table_key(config, frequency), sort_keys=True,
+                                        default=str).encode()).hexdigest()[:16]
+        keys[name] = key
+        representative.setdefault(key, config)
+    out: dict[str, CandidateTable] = {}
+    cached: dict[str, bool] = {}
+    for i, (key, config) in enumerate(representative.items()):
+        label = f"replay {i + 1}/{len(representative)}"
+        out[key], cached[key] = cached_replay(
+            dataset, config, store.with_name(store.name + ".cache"), frequency=frequency,
+            limit=limit, policy=_policy(cfg),
+            progress=lambda done, total, label=label: progress(label, done, total))
+    first = next(iter(out.values()))
+    for key, table in out.items():
+        if table.searches["event_id"].to_list() != first.searches["event_id"].to_list():
+            raise AssertionError(f"replay {key}: evaluated searches differ between tables")
+    split = split_searches(first.searches, cfg.split.spec())
+    return Prepared(dataset, store, out, keys, split, cached)
+
+
+def split_tables(prepared: Prepared, window: str) -> dict[str, CandidateTable]:
+    """Each table restricted to one window ("train" or "test")."""
+    mask = (prepared.split == window).to_numpy()
+    return {key: table.subset(mask) for key, table in prepared.tables.items()}
+
+
+def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, EngineConfig],
+           *, window: str = "test") -> AblationResult:
+    """Every arm on the `window` searches, each against the baseline, per group."""
+    metrics = [parse_metric(m) for m in cfg.metrics.names]
+    windowed = split_tables(prepared, window)
+    scorers = {key: Scorer.of(table, metrics) for key, table in windowed.items()}
+    arms = ladder_arms(configs)
+    per_query = {name: scorers[prepared.key_of[name]].frame(arm) for name, arm in arms.items()}
+    names = [m.name for m in metrics]
+    summary = pl.concat([
+        aggregate(frame, metric_cols=names, group_cols=GROUPS, n_resamples=cfg.metrics.bootstrap,
+                  seed=cfg.seed, min_support=cfg.metrics.min_support)
+        .select(pl.lit(name).alias("arm"), pl.all())
+        for name, frame in per_query.items()])
+    base = per_query.get("baseline")
+    notes = []
+    if base is None:
+        comparison = pl.DataFrame()
+        notes.append("no baseline arm: no comparisons")
+    else:
+        others = {n: f for n, f in per_query.items() if n != "baseline"}
+        comparison = compare(base, others, metric_cols=names, group_cols=GROUPS,
+                             key="event_id", n_resamples=cfg.metrics.bootstrap, seed=cfg.seed,
+                             correction=cfg.metrics.correction,  # type: ignore[arg-type]
+                             min_support=cfg.metrics.min_support)
+    if "roles" in arms and cfg.replay.policy == "none":
+        notes.append("roles: no role policy installed (replay.policy = none), so the roles "
+                     "arm ranks exactly as the baseline")
+    return AblationResult(arms, per_query, summary, comparison, notes)
+
+
+def experiment_configs(cfg: ExperimentConfig) -> dict[str, EngineConfig]:
+    """The ablation arms' configurations plus `tuned` (the engine config as given, whose
+    six weights the search replaces)."""
+    configs = ladder(cfg.engine, cfg.ablation.arms, cfg.ablation.weights)
+    configs["tuned"] = cfg.engine
+    return configs
+
+
+def baseline_arm(cfg: ExperimentConfig) -> Arm:
+    """The tuning's starting point: the configured switches, new weights at 0."""
+    zero = replace(cfg.engine, retrieval=replace(cfg.engine.retrieval, delta_personal=0.0,
+                                                 epsilon_frequency=0.0, zeta_success=0.0))
+    return arm_of("baseline", zero)
+
+
+def engine_params(config: EngineConfig) -> dict[str, Any]:
+    from .tracking import flatten
+    return flatten(as_dict(config), "engine.")
+
+
+def weights_frame(arms: Mapping[str, Arm]) -> pl.DataFrame:
+    return pl.DataFrame([arm.as_dict() for arm in arms.values()])
+
+
+def means(values: Mapping[str, np.ndarray]) -> dict[str, float]:
+    out = {}
+    for name, column in values.items():
+        kept = column[~np.isnan(column)]
+        out[name] = float(kept.mean()) if kept.size else float("nan")
+    return out

@@ -1,0 +1,130 @@
+"""MLflow logging for experiments: one parent run per command, child runs under it.
+
+Conventions (EVALUATION.md, "MLflow 3"):
+
+- metric keys are MLflow-safe (`ndcg_at_10/intent/FACTUAL`: no `@` or `=`), via `metric_key`;
+- params are the flattened engine configuration and the weights; tags are the dataset
+  digest, the experiment config hash and the git commit; the dataset is a `log_input`
+  (a metadata-only dataset named by its source, with its digest);
+- per-trial values are step metrics of the study's run, logged asynchronously;
+- artifacts: per-query tables (Parquet), TREC runs, the best-weights config snippet, the
+  study summary.
+
+The default tracking store is `sqlite:///mlflow.db` in the working folder; any URI works.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+__all__ = ["Tracker", "flatten", "git_commit", "metric_key"]
+
+_BAD = str.maketrans({"@": "_at_", "=": "_eq_", " ": "_"})
+
+
+def metric_key(*parts: str) -> str:
+    """`ndcg@10`, `intent`, `FACTUAL` -> `ndcg_at_10/intent/FACTUAL`."""
+    return "/".join(str(p).translate(_BAD) for p in parts if p not in (None, ""))
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def git_commit() -> str:
+    """The commit of the code that runs, with "+dirty" when the tree has changes; "unknown"
+    outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                                text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=here, capture_output=True, text=True, check=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+class Tracker:
+    """One MLflow parent run for a command; `child` opens runs under it."""
+
+    def __init__(self, uri: str, experiment: str) -> None:
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        import mlflow
+        self.mlflow = mlflow
+        self.uri = uri
+        mlflow.set_tracking_uri(uri)
+        self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+        self.experiment = experiment
+
+    @contextmanager
+    def run(self, name: str, *, tags: Mapping[str, str]) -> Iterator[str]:
+        """The parent run; yields its id."""
+        with self.mlflow.start_run(run_name=name, tags=dict(tags)) as active:
+            yield active.info.run_id
+        self.mlflow.flush_async_logging()
+
+    @contextmanager
+    def child(self, name: str, *, tags: Mapping[str, str] | None = None) -> Iterator[str]:
+        with self.mlflow.start_run(run_name=name, nested=True,
+                                   tags=dict(tags or {})) as active:
+            yield active.info.run_id
+
+    def params(self, values: Mapping[str, Any]) -> None:
+        flat = {k: (json.dumps(v) if isinstance(v, list | tuple | dict) else v)
+                for k, v in values.items()}
+        items = list(flat.items())
+        for i in range(0, len(items), 90):  # MLflow takes at most 100 params per batch
+            self.mlflow.log_params(dict(items[i:i + 90]))
+
+    def metrics(self, values: Mapping[str, float], *, step: int | None = None,
+                synchronous: bool = True) -> None:
+        clean = {k: float(v) for k, v in values.items() if v == v}  # NaN: not logged
+        if clean:
+            self.mlflow.log_metrics(clean, step=step, synchronous=synchronous)
+
+    def dataset(self, *, name: str, digest: str, source: str, context: str) -> None:
+        from mlflow.data.filesystem_dataset_source import FileSystemDatasetSource
+        from mlflow.data.meta_dataset import MetaDataset
+        data = MetaDataset(FileSystemDatasetSource(source), name=name, digest=digest[:32])
+        self.mlflow.log_input(data, context=context)
+
+    def frame(self, frame: pl.DataFrame, path: str) -> None:
+        """A frame as a Parquet artifact at `path` (e.g. "per_query/baseline.parquet")."""
+        with tempfile.TemporaryDirectory() as folder:
+            file = Path(folder) / Path(path).name
+            frame.write_parquet(file)
+            self.mlflow.log_artifact(str(file), artifact_path=str(Path(path).parent)
+                                     if Path(path).parent != Path(".") else None)
+
+    def json(self, obj: Any, path: str) -> None:
+        self.mlflow.log_dict(obj, path)
+
+    def text(self, text: str, path: str) -> None:
+        self.mlflow.log_text(text, path)
+
+    def where(self) -> str:
+        """A line telling where the runs are and how to look at them."""
+        return (f"MLflow: experiment {self.experiment!r} in {self.uri} "
+                f"(mlflow ui --backend-store-uri {self.uri})")
