@@ -33,8 +33,8 @@ import numpy.typing as npt
 from .config import RetrievalConfig
 from .intent import Intent, apply_weight_override
 
-__all__ = ["FEATURES", "INTENTS", "WEIGHTS", "CandidateBlock", "intent_weights", "ranks_of",
-           "row_ranks", "scores"]
+__all__ = ["FEATURES", "INTENTS", "WEIGHTS", "CandidateBlock", "RowPlan", "intent_weights",
+           "plan_rows", "ranks_of", "row_ranks", "scores"]
 
 # Feature k is multiplied by weight k, and the terms are added in this order (MSPR.md 10.5).
 FEATURES = ("dense", "lexical", "graph", "frequency", "personal", "success")
@@ -86,6 +86,15 @@ class CandidateBlock:
     order: Ints               # (N,) internal row -> the caller's row
     width: int                # most candidates of one search
     role_searches: Ints = field(repr=False)  # internal searches with a multiplier != 1
+    _buffers: dict[str, Floats] = field(default_factory=dict, repr=False)
+
+    def scratch(self, size: int, *, name: str = "term") -> Floats:
+        """A reusable work array of `size` floats (contents undefined): trials in a loop
+        would otherwise allocate, and fault in, megabytes per call."""
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.size != size:
+            buffer = self._buffers[name] = np.empty(size)
+        return buffer
 
     @staticmethod
     def build(*, search: npt.ArrayLike, features: Floats, relevance: npt.ArrayLike,
@@ -152,47 +161,74 @@ class CandidateBlock:
 
 
 def scores(block: CandidateBlock, weights: Sequence[float] | Floats, *,
-           intent: bool = True) -> Floats:
-    """(N,) final scores before the role pass, internal row order."""
+           intent: bool = True, out: Floats | None = None) -> Floats:
+    """(N,) final scores before the role pass, internal row order (into `out` if given)."""
     table = intent_weights(weights, intent=intent)
     f = block.features
-    out = np.empty(block.n_rows)
+    if out is None:
+        out = np.empty(block.n_rows)
+    term = block.scratch(block.n_rows)
     for k in range(len(INTENTS)):
         lo, hi = int(block.intent_rows[k]), int(block.intent_rows[k + 1])
         if lo == hi:
             continue
         w = table[k]
-        acc = w[0] * f[0, lo:hi]
+        acc, tmp = out[lo:hi], term[lo:hi]
+        np.multiply(f[0, lo:hi], w[0], out=acc)
         for j in range(1, len(FEATURES)):
             if w[j] != 0.0:  # the engine adds 0.0 (or gates the feature off): nothing moves
-                acc += w[j] * f[j, lo:hi]
-        np.multiply(acc, block.relevance[lo:hi], out=out[lo:hi])
+                np.multiply(f[j, lo:hi], w[j], out=tmp)
+                np.add(acc, tmp, out=acc)
+        np.multiply(acc, block.relevance[lo:hi], out=acc)
     return out
 
 
-def _padded(block: CandidateBlock, values: Floats) -> Floats:
-    grid = np.full(block.n_searches * max(block.width, 1), np.nan)
-    grid[block.search * max(block.width, 1) + block.position] = values
-    return grid.reshape(block.n_searches, max(block.width, 1))
+@dataclass(frozen=True, eq=False)
+class RowPlan:
+    """What ranking a fixed set of rows needs besides the scores, computed once: each row's
+    search window (`start`, `width` wide) and which window cells are ahead of it on a tie
+    (`before`) or belong to its search at all (`inside`)."""
+
+    rows: Ints
+    start: Ints
+    inside: npt.NDArray[np.bool_]
+    before: npt.NDArray[np.bool_]
 
 
-def _first_pass_ranks(block: CandidateBlock, score: Floats, rows: Ints) -> Ints:
-    """Rank of each row in its search's stable descending sort (0-based, before the cut)."""
-    grid = _padded(block, score)[block.search[rows]]
-    mine = score[rows][:, None]
-    ahead = (grid > mine).sum(axis=1)
-    ahead += ((grid == mine) & (np.arange(grid.shape[1]) < block.position[rows][:, None])
-              ).sum(axis=1)
-    found: Ints = ahead.astype(np.int64)
+def plan_rows(block: CandidateBlock, rows: npt.ArrayLike) -> RowPlan:
+    """The `RowPlan` of internal `rows` (for `ranks_of`)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    width = max(block.width, 1)
+    search = block.search[rows]
+    start = block.starts[search]
+    count = block.starts[search + 1] - start
+    cells = np.arange(width)
+    return RowPlan(rows, start, cells < count[:, None],
+                   cells < block.position[rows][:, None])
+
+
+def _first_pass_ranks(block: CandidateBlock, score: Floats, plan: RowPlan) -> Ints:
+    """Rank of each planned row in its search's stable descending sort (0-based, before the
+    cut): the candidates scoring higher, plus the tied ones discovered earlier."""
+    width = max(block.width, 1)
+    padded = block.scratch(block.n_rows + width, name="padded")
+    padded[:block.n_rows] = score
+    padded[block.n_rows:] = np.nan
+    window = np.lib.stride_tricks.sliding_window_view(padded, width)[plan.start]
+    mine = score[plan.rows][:, None]
+    ahead = ((window > mine) & plan.inside) | ((window == mine) & plan.before)
+    found: Ints = np.count_nonzero(ahead, axis=1).astype(np.int64)
     return found
 
 
-def ranks_of(block: CandidateBlock, score: Floats, rows: npt.ArrayLike, *,
+def ranks_of(block: CandidateBlock, score: Floats, rows: npt.ArrayLike | RowPlan, *,
              roles: bool = True) -> Ints:
     """Final 0-based rank of each internal row in `rows` in its search's returned list, or
-    -1 when it was cut. `roles` False ignores the role multipliers (roles off)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    first = _first_pass_ranks(block, score, rows)
+    -1 when it was cut. `roles` False ignores the role multipliers (roles off). Pass a
+    `plan_rows` plan when the same rows are ranked for many weight vectors."""
+    plan = rows if isinstance(rows, RowPlan) else plan_rows(block, rows)
+    rows = plan.rows
+    first = _first_pass_ranks(block, score, plan)
     kept = first < block.cut[block.search[rows]]
     result = np.where(kept, first, -1)
     if not roles or block.role_searches.size == 0:
@@ -208,7 +244,7 @@ def _second_pass(block: CandidateBlock, score: Floats, rows: Ints) -> Ints:
     searches = np.unique(block.search[rows])
     members = np.concatenate([np.arange(block.starts[s], block.starts[s + 1])
                               for s in searches])
-    first = _first_pass_ranks(block, score, members)
+    first = _first_pass_ranks(block, score, plan_rows(block, members))
     kept = first < block.cut[block.search[members]]
     members, first = members[kept], first[kept]
     rescored = score[members] * block.role[members]
@@ -226,6 +262,14 @@ def _second_pass(block: CandidateBlock, score: Floats, rows: Ints) -> Ints:
         mine = rescored[j]
         out[i] = int((line > mine).sum() + ((line == mine)[:first[j]]).sum())
     return out
+
+
+def _padded(block: CandidateBlock, values: Floats) -> Floats:
+    """(S, width) values by (search, position), NaN where a search has fewer candidates."""
+    width = max(block.width, 1)
+    grid = np.full(block.n_searches * width, np.nan)
+    grid[block.search * width + block.position] = values
+    return grid.reshape(block.n_searches, width)
 
 
 def row_ranks(block: CandidateBlock, score: Floats, *, roles: bool = True) -> Ints:

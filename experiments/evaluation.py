@@ -21,7 +21,15 @@ import numpy as np
 import polars as pl
 
 from msprlab.engine import EngineConfig
-from msprlab.engine.batch import WEIGHTS, CandidateBlock, ranks_of, row_ranks, scores
+from msprlab.engine.batch import (
+    WEIGHTS,
+    CandidateBlock,
+    RowPlan,
+    plan_rows,
+    ranks_of,
+    row_ranks,
+    scores,
+)
 
 from .metrics import Judged, Metric, evaluate, judged_from_frames
 from .replay import CandidateTable
@@ -72,7 +80,7 @@ class Scorer:
     table: CandidateTable
     block: CandidateBlock
     judged: Judged
-    rows: np.ndarray          # internal block row of each judged pair, in `judged` order
+    plan: RowPlan             # the judged pairs' internal block rows, in `judged` order
     returned: np.ndarray      # (S,) returned-list length per search (table order)
     metrics: tuple[Metric, ...]
     _bound: tuple[float, ...] | None = field(default=None, repr=False)
@@ -94,7 +102,8 @@ class Scorer:
         if table.meta.get("weights_bound"):
             config = table.meta["config"]["retrieval"]
             bound = tuple(float(config[name]) for name in WEIGHTS)
-        return Scorer(table, block, judged, rows, returned, tuple(metrics), bound)
+        return Scorer(table, block, judged, plan_rows(block, rows), returned, tuple(metrics),
+                      bound)
 
     @property
     def n_searches(self) -> int:
@@ -109,8 +118,9 @@ class Scorer:
     def ranks(self, arm: Arm) -> np.ndarray:
         """Rank of each judged pair in its search's returned list (-1: not returned)."""
         self._check(arm)
-        score = scores(self.block, arm.weights, intent=arm.intent)
-        return ranks_of(self.block, score, self.rows, roles=arm.roles)
+        score = scores(self.block, arm.weights, intent=arm.intent,
+                       out=self.block.scratch(self.block.n_rows, name="score"))
+        return ranks_of(self.block, score, self.plan, roles=arm.roles)
 
     def values(self, arm: Arm) -> dict[str, np.ndarray]:
         """Metric name -> per-search values (table order; NaN: no relevant memory)."""

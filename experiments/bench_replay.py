@@ -1,0 +1,121 @@
+"""`make bench`: replay throughput, and one scoring trial against the sequential engine.
+
+Measured side by side in one run (the machine is shared: compare the ratios):
+
+1. Replay: a LoCoMo feedback log (simulated, `--searches` searches) walked through the
+   engine with every MSPR signal on (logged frequency mode): searches per second.
+2. One trial, as a tuner runs it: score a weight vector for 10,000 searches x 50
+   candidates (`engine.batch`), rank the judged rows and compute ndcg@10, recall@100 and
+   mrr (`experiments.metrics`). The candidate table is synthetic (random features with
+   ties, about 2 judged rows per search), shaped like a replay's.
+3. The ratio: replaying the same 10,000 searches through the sequential engine (at the
+   per-search cost measured in 1) over the trial time. Targets: trial <= 10 ms, ratio
+   >= 10,000x, replay >= 2,000 searches/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from msprlab.engine.batch import FEATURES, CandidateBlock, plan_rows, ranks_of, scores
+from msprlab.experiments.metrics import Judged, evaluate, parse_metric
+
+
+def synthetic_block(n_searches: int, width: int, seed: int) -> tuple[CandidateBlock, Judged,
+                                                                     np.ndarray, np.ndarray]:
+    """A block of n_searches x width candidates with features like a replay's, and
+    about two judged rows per search (grades 1..3) at random positions."""
+    rng = np.random.default_rng(seed)
+    n = n_searches * width
+    features = np.stack([
+        rng.random(n),                                # dense
+        np.round(rng.random(n) * 4) / 4,              # lexical: few distinct values (ties)
+        np.where(rng.random(n) < 0.2, 1.0, rng.random(n) * 0.6),  # graph
+        np.round(rng.random(n), 2),                   # frequency
+        np.tanh(rng.normal(0, 0.1, n)),               # personal
+        np.where(rng.random(n) < 0.9, 0.0, rng.random(n)),  # success
+    ])
+    assert features.shape[0] == len(FEATURES)
+    block = CandidateBlock.build(
+        search=np.repeat(np.arange(n_searches), width), features=features,
+        relevance=np.clip(rng.normal(0.8, 0.15, n), 0, 1), role=np.ones(n),
+        search_intent=rng.choice(5, n_searches, p=[0.25, 0.01, 0.01, 0.01, 0.72]),
+        search_limit=np.full(n_searches, 100))
+    judged_per = rng.integers(1, 4, n_searches)
+    search = np.repeat(np.arange(n_searches), judged_per)
+    position = np.concatenate([rng.choice(width, k, replace=False) for k in judged_per])
+    grade = rng.integers(1, 4, search.size)
+    ideal = np.zeros((n_searches, 4), dtype=np.int64)
+    for s, count in enumerate(judged_per):  # plus one relevant memory that is no candidate
+        ideal[s, :count + 1] = np.sort(np.append(grade[search == s], 1))[::-1]
+    judged = Judged(search=search, grade=grade, ideal=ideal)
+    rows = block.internal_rows(search * width + position)
+    returned = np.empty(n_searches, dtype=np.int64)
+    returned[block.searches] = block.returned()
+    return block, judged, rows, returned
+
+
+def time_trials(repeats: int, n_searches: int, width: int) -> tuple[float, float]:
+    """(median ms per trial, median ms of the scoring part alone)."""
+    block, judged, rows, returned = synthetic_block(n_searches, width, seed=0)
+    metrics = [parse_metric(m) for m in ("ndcg@10", "recall@100", "mrr")]
+    plan = plan_rows(block, rows)  # once per table, as a tuner does
+    score = np.empty(block.n_rows)
+    rng = np.random.default_rng(1)
+    trial, scoring = [], []
+    for _ in range(repeats):
+        weights = rng.random(6)
+        t0 = time.perf_counter()
+        scores(block, weights, intent=True, out=score)
+        rank = ranks_of(block, score, plan)
+        t1 = time.perf_counter()
+        evaluate(judged, rank, metrics, n_returned=returned)
+        t2 = time.perf_counter()
+        trial.append((t2 - t0) * 1e3)
+        scoring.append((t1 - t0) * 1e3)
+    return statistics.median(trial), statistics.median(scoring)
+
+
+def replay_rate(searches: int, seed: int) -> tuple[float, int]:
+    """(searches per second replaying a LoCoMo log with every signal on, searches)."""
+    from msprlab.datasets.build import LogSpec, build_locomo_log
+    from msprlab.datasets.embed import TfidfSvdEmbedder
+    from msprlab.experiments.replay import replay
+    from msprlab.experiments.replay_cli import all_signals_config
+    print(f"building a LoCoMo log of {searches:,} searches (not timed) ...", flush=True)
+    log = build_locomo_log(TfidfSvdEmbedder(), LogSpec(n_searches=searches), seed=seed).dataset
+    started = time.perf_counter()
+    table = replay(log, all_signals_config())
+    seconds = time.perf_counter() - started
+    return table.searches.height / seconds, table.searches.height
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--searches", type=int, default=2000, help="replayed log size")
+    parser.add_argument("--repeats", type=int, default=30, help="trials timed")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory():
+        rate, replayed = replay_rate(args.searches, seed=1)
+    trial_ms, scoring_ms = time_trials(args.repeats, 10_000, 50)
+    sequential_ms = 10_000 / rate * 1e3
+    print(f"replay: {replayed:,} LoCoMo searches, every signal on: {rate:,.0f} searches/s "
+          f"(target >= 2,000)")
+    print(f"one trial, 10,000 searches x 50 candidates (ndcg@10, recall@100, mrr): "
+          f"{trial_ms:.2f} ms median of {args.repeats} (scoring and ranking {scoring_ms:.2f} ms, "
+          f"metrics {trial_ms - scoring_ms:.2f} ms; target <= 10 ms)")
+    print(f"sequential engine, the same 10,000 searches at the measured replay rate: "
+          f"{sequential_ms / 1e3:,.1f} s -> batch trial is {sequential_ms / trial_ms:,.0f}x "
+          "faster (target >= 10,000x)")
+    print("(machine shared with other jobs: figures vary run to run; ratios are from this run)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
