@@ -15,6 +15,7 @@ from rich.table import Table
 
 from msprlab.datasets.atomic import write_json_atomic
 from msprlab.datasets.scenario import ScenarioError, load_scenario
+from msprlab.experiments.commands import add_experiment_commands
 from msprlab.experiments.evaluate_cli import add_evaluate_command
 from msprlab.experiments.ingest_cli import add_ingest_commands
 from msprlab.experiments.replay_cli import add_replay_command
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ingest_commands(commands)
     add_evaluate_command(commands)
     add_replay_command(commands)
+    add_experiment_commands(commands)
     demo = commands.add_parser("demo", help="run the engine on the spec's worked examples")
     demo.set_defaults(func=cmd_demo)
     scenario = commands.add_parser("scenario", help="replay or compare scenario files")

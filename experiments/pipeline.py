@@ -133,8 +133,9 @@ def tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, EngineConfi
     keys: dict[str, str] = {}
     representative: dict[str, EngineConfig] = {}
     for name, config in configs.items():
-        key = hashlib.sha256(json.dumps(table_key(config, frequency), sort_keys=True,
-                                        default=str).encode()).hexdigest()[:16]
+        spec = table_key(config, frequency, has_policy=_policy(cfg) is not None)
+        key = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()
+                             ).hexdigest()[:16]
         keys[name] = key
         representative.setdefault(key, config)
     out: dict[str, CandidateTable] = {}

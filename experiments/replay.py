@@ -89,16 +89,19 @@ def featurize_config(config: EngineConfig, frequency: FrequencyMode) -> EngineCo
                                 frequency=replace(mspr.frequency, enabled=False)))
 
 
-def table_key(config: EngineConfig, frequency: FrequencyMode) -> dict[str, Any]:
+def table_key(config: EngineConfig, frequency: FrequencyMode, *,
+              has_policy: bool = True) -> dict[str, Any]:
     """What a candidate table depends on. Two configurations with the same key can be scored
     from one table: in `logged` mode they may differ in the six weights, intent routing
     (scored with or without the label's deltas) and a soft role policy (scored with or
-    without the multipliers)."""
+    without the multipliers). Without a policy installed the role switch does nothing."""
     if frequency == "closed_loop":
         return {"frequency": frequency, "config": as_dict(config)}
     key = featurize_config(config, frequency)
     mspr = key.mspr
-    if not mspr.role.hard_filter and not config.corrections.strict_role_isolation:
+    if not has_policy:
+        key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=False)))
+    elif not mspr.role.hard_filter and not config.corrections.strict_role_isolation:
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=True)))
     return {"frequency": frequency, "config": as_dict(key)}
 
@@ -194,7 +197,8 @@ def code_digest() -> str:
 
 def cache_key(ds: Dataset, config: EngineConfig, frequency: FrequencyMode, *,
               limit: int | None, policy: RolePolicy | None) -> str:
-    spec = {"dataset": ds.digest, "table": table_key(config, frequency), "limit": limit,
+    spec = {"dataset": ds.digest, "limit": limit,
+            "table": table_key(config, frequency, has_policy=policy is not None),
             "policy": repr(policy), "code": code_digest()}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -326,7 +330,8 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
         progress(total, total)
     meta = {"dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest},
             "frequency": frequency, "feedback_policy": FEEDBACK_POLICY, "seeds": seeds_from,
-            "limit": limit, "policy": repr(policy), "table_key": table_key(config, frequency),
+            "limit": limit, "policy": repr(policy),
+            "table_key": table_key(config, frequency, has_policy=policy is not None),
             "weights_bound": frequency == "closed_loop",
             "config": as_dict(config), "code": code_digest()}
     searches, candidates = out.frames(engine_rankings)

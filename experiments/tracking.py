@@ -69,8 +69,8 @@ class Tracker:
 
     def __init__(self, uri: str, experiment: str) -> None:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
-        logging.getLogger("alembic").setLevel(logging.WARNING)
+        for name in ("mlflow", "alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         import mlflow
         self.mlflow = mlflow
         self.uri = uri
@@ -105,9 +105,9 @@ class Tracker:
             self.mlflow.log_metrics(clean, step=step, synchronous=synchronous)
 
     def dataset(self, *, name: str, digest: str, source: str, context: str) -> None:
-        from mlflow.data.filesystem_dataset_source import FileSystemDatasetSource
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
         from mlflow.data.meta_dataset import MetaDataset
-        data = MetaDataset(FileSystemDatasetSource(source), name=name, digest=digest[:32])
+        data = MetaDataset(resolve_dataset_source(source), name=name, digest=digest[:32])
         self.mlflow.log_input(data, context=context)
 
     def frame(self, frame: pl.DataFrame, path: str) -> None:

@@ -1,0 +1,330 @@
+"""`msprlab ablate`, `msprlab tune` and `msprlab run`: experiments from a TOML definition.
+
+Each command opens one MLflow parent run (tags: dataset digest, config hash, git commit;
+the dataset as a `log_input`; params: the definition and the engine config), with child
+runs per ablation arm, one for the weight search (trial values as step metrics) and one
+for the test-window comparison of the tuned weights against the baseline. Everything
+printed is measured on the test window of the time split; the search sees the train
+window only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from msprlab.engine.batch import WEIGHTS
+
+from . import pipeline as P
+from .evaluation import Arm, Scorer
+from .experiment_config import (
+    ExperimentConfig,
+    ExperimentError,
+    load_experiment,
+    shipped_experiments,
+)
+from .metrics import parse_metric
+from .stats import compare
+from .tables import comparison_table, delta_matrix, summary_table
+from .tracking import Tracker, flatten, git_commit, metric_key
+
+__all__ = ["add_experiment_commands"]
+
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+@dataclass
+class Context:
+    cfg: ExperimentConfig
+    console: Console
+    root: Path
+    tracker: Tracker | None
+    bar: Progress
+
+
+def _stage(bar: Progress) -> P.Stage:
+    tasks: dict[str, Any] = {}
+
+    def update(what: str, done: int, total: int) -> None:
+        key = what.split(":")[0]
+        if key not in tasks:
+            tasks[key] = bar.add_task(what, total=total or None)
+        bar.update(tasks[key], description=what, completed=done, total=total or None)
+    return update
+
+
+def _tags(cfg: ExperimentConfig, prepared: P.Prepared | None, command: str) -> dict[str, str]:
+    tags = {"msprlab.command": command, "msprlab.experiment": cfg.name,
+            "msprlab.config_hash": cfg.digest(), "msprlab.git_commit": git_commit(),
+            "msprlab.config_path": str(cfg.path)}
+    if prepared is not None:
+        tags["msprlab.dataset_digest"] = prepared.dataset.digest
+        tags["msprlab.dataset_source"] = prepared.dataset.source
+    return tags
+
+
+def _prepare(ctx: Context, configs: dict[str, Any]) -> P.Prepared:
+    stage = _stage(ctx.bar)
+    store = P.prepare_store(ctx.cfg, ctx.root, stage)
+    prepared = P.tables(ctx.cfg, store, configs, stage)
+    counts = prepared.split.value_counts().sort("split")
+    windows = ", ".join(f"{w} {n:,}" for w, n in counts.iter_rows())
+    cached = sum(prepared.from_cache.values())
+    ctx.console.print(f"store {store} ({prepared.dataset.source}, digest "
+                      f"{prepared.dataset.digest[:12]}); {len(prepared.tables)} replay(s), "
+                      f"{cached} from the cache; searches: {windows}", highlight=False)
+    return prepared
+
+
+def _log_run_header(ctx: Context, prepared: P.Prepared) -> None:
+    if ctx.tracker is None:
+        return
+    ctx.tracker.dataset(name=prepared.dataset.source, digest=prepared.dataset.digest,
+                        source=str(prepared.store.resolve()), context="replay")
+    ctx.tracker.params(flatten({"experiment": {k: v for k, v in ctx.cfg.raw.items()
+                                               if k != "engine"}}))
+    ctx.tracker.params(P.engine_params(ctx.cfg.engine))
+    ctx.tracker.json(ctx.cfg.raw, "experiment.json")
+
+
+def _group_means(frame: pl.DataFrame, metrics: list[str]) -> dict[str, float]:
+    """metric/overall, metric/intent/X, metric/question_type/Y means for MLflow."""
+    out: dict[str, float] = {}
+    for metric in metrics:
+        out[metric_key(metric)] = float(frame[metric].drop_nans().mean() or float("nan"))
+        for group in P.GROUPS:
+            for value, part in frame.group_by(group):
+                mean = part[metric].drop_nans().mean()
+                if mean is not None:
+                    out[metric_key(metric, group, str(value[0]))] = float(mean)  # type: ignore[arg-type]
+    return out
+
+
+def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
+    cfg = ctx.cfg
+    configs = P.ladder(cfg.engine, cfg.ablation.arms, cfg.ablation.weights)
+    result = P.ablate(cfg, prepared, configs)
+    primary = cfg.metrics.primary
+    ctx.console.print(summary_table(result.summary.filter(pl.col("group_by") == "overall"),
+                                    metric=primary, title=f"ablation, test window: {primary}"))
+    if result.comparison.height:
+        for group_by in ("intent", "question_type"):
+            part = result.comparison.filter(pl.col("group_by").is_in(["overall", group_by]))
+            ctx.console.print(delta_matrix(
+                part, metric=primary, title=f"ablation, test window: {primary} change against "
+                                            f"the baseline, by {group_by.replace('_', ' ')}"))
+    for note in result.notes:
+        ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    if ctx.tracker is not None:
+        names = list(cfg.metrics.names)
+        for name, arm in result.arms.items():
+            with ctx.tracker.child(f"arm:{name}", tags={"msprlab.arm": name}):
+                ctx.tracker.params({**P.engine_params(configs[name]),
+                                    **{f"weight.{k}": v for k, v in zip(
+                                        WEIGHTS, arm.weights, strict=True)},
+                                    "intent": arm.intent, "roles": arm.roles})
+                ctx.tracker.metrics(_group_means(result.per_query[name], names))
+                ctx.tracker.frame(result.per_query[name], f"per_query/{name}.parquet")
+        ctx.tracker.frame(result.summary, "ablation/summary.parquet")
+        if result.comparison.height:
+            ctx.tracker.frame(result.comparison, "ablation/comparison.parquet")
+    return result
+
+
+def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storage: str | None,
+               workers: int | None, sampler: str | None) -> dict[str, Any]:
+    from .tune import Objective, SearchSpace, best_config_snippet, tune
+    cfg = ctx.cfg
+    metrics = [parse_metric(m) for m in cfg.metrics.names]
+    key = prepared.key_of["tuned"]
+    train = P.split_tables(prepared, "train")[key]
+    test = P.split_tables(prepared, "test")[key]
+    train_scorer, test_scorer = Scorer.of(train, metrics), Scorer.of(test, metrics)
+    base = P.baseline_arm(cfg)
+    space = SearchSpace(dict(cfg.tune.ranges))
+    objectives = [Objective(*_objective(o)) for o in cfg.tune.objectives]
+    n_trials = trials or cfg.tune.trials
+    journal = storage or cfg.tune.storage or str(
+        prepared.store.with_name(prepared.store.stem + f".{cfg.name}.optuna.journal"))
+    study_name = f"{cfg.name}-{cfg.digest()[:8]}-{prepared.dataset.digest[:8]}"
+    task = ctx.bar.add_task(f"tuning ({sampler or cfg.tune.sampler}, {n_trials} trials)",
+                            total=n_trials)
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        if ctx.tracker is not None:
+            stack.enter_context(ctx.tracker.child("study", tags={"msprlab.study": study_name}))
+            ctx.tracker.params({"study": study_name, "storage": journal,
+                                "sampler": sampler or cfg.tune.sampler, "trials": n_trials,
+                                "objectives": list(cfg.tune.objectives), "seed": cfg.seed,
+                                **{f"range.{k}": list(v) for k, v in space.ranges.items()}})
+
+        def on_trial(record: Any) -> None:
+            if ctx.tracker is not None and record.values is not None:
+                ctx.tracker.metrics({metric_key(o.label()): v for o, v in zip(
+                    objectives, record.values, strict=True)}, step=record.number,
+                    synchronous=False)
+
+        result = tune(train_scorer, base, space, objectives, n_trials=n_trials, seed=cfg.seed,
+                      sampler=sampler or cfg.tune.sampler,  # type: ignore[arg-type]
+                      pruner=cfg.tune.pruner,  # type: ignore[arg-type]
+                      storage=journal, study_name=study_name,
+                      workers=workers or cfg.tune.workers,
+                      progress=lambda done, total: ctx.bar.update(task, completed=done,
+                                                                  total=total),
+                      on_trial=on_trial)
+        best = result.best[0]
+        snippet = best_config_snippet(cfg.engine, best)
+        if ctx.tracker is not None:
+            ctx.tracker.frame(result.trials, "study/trials.parquet")
+            ctx.tracker.json(snippet, "best_weights.contextkit.json")
+            ctx.tracker.json(result.summary(), "study/summary.json")
+            ctx.tracker.metrics({f"importance/{k}": v for k, v in
+                                 result.importance_flat().items()})
+    seconds = time.perf_counter() - started
+    ctx.console.print(f"weight search: {len(result.trials):,} trials in {seconds:.1f} s on the "
+                      f"train window ({train.searches.height:,} searches); study "
+                      f"{study_name} in {journal}", highlight=False)
+    ctx.console.print("best weights: " + ", ".join(
+        f"{k} {v:.3f}" for k, v in zip(WEIGHTS, best.weights, strict=True)), highlight=False)
+    for note in result.notes:
+        ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    return _test_window(ctx, test_scorer, base, best, snippet, metrics)
+
+
+def _objective(text: str) -> tuple[str, str | None]:
+    parts = text.split("/")
+    if len(parts) == 1:
+        return parts[0], None
+    if len(parts) == 3 and parts[1] == "intent":
+        return parts[0], parts[2]
+    raise ExperimentError(f"tune.objectives: {text!r}; use METRIC or METRIC/intent/LABEL")
+
+
+def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict[str, Any],
+                 metrics: list[Any]) -> dict[str, Any]:
+    """The tuned weights once on the test window, against the baseline, per group."""
+    cfg = ctx.cfg
+    names = [m.name for m in metrics]
+    baseline = replace(base, name="baseline", intent=False, roles=False)
+    frames = {"baseline": test.frame(baseline), "tuned": test.frame(best)}
+    comparison = compare(frames["baseline"], {"tuned": frames["tuned"]}, metric_cols=names,
+                         group_cols=P.GROUPS, key="event_id",
+                         n_resamples=cfg.metrics.bootstrap, seed=cfg.seed,
+                         correction=cfg.metrics.correction,  # type: ignore[arg-type]
+                         min_support=cfg.metrics.min_support)
+    primary = cfg.metrics.primary
+    ctx.console.print(comparison_table(
+        comparison, metric=primary, arm_label="tuned",
+        title=f"test window: tuned weights against the context-graph baseline, {primary} "
+              "(paired per search; * = below min support)"))
+    if ctx.tracker is not None:
+        with ctx.tracker.child("test:tuned-vs-baseline"):
+            ctx.tracker.metrics({**{f"baseline/{k}": v for k, v in
+                                    _group_means(frames["baseline"], names).items()},
+                                 **{f"tuned/{k}": v for k, v in
+                                    _group_means(frames["tuned"], names).items()}})
+            ctx.tracker.frame(comparison, "test/comparison.parquet")
+            for name, frame in frames.items():
+                ctx.tracker.frame(frame, f"per_query/test_{name}.parquet")
+                ctx.tracker.text(_trec_run(test, baseline if name == "baseline" else best),
+                                 f"runs/test_{name}.trec")
+            ctx.tracker.json(snippet, "best_weights.contextkit.json")
+    return {"comparison": comparison, "frames": frames, "best": best, "snippet": snippet}
+
+
+def _trec_run(scorer: Scorer, arm: Arm) -> str:
+    """The arm's rankings on the scorer's searches as a TREC run (query id = search event
+    id; scores strictly decreasing with rank, so external tools keep the engine's order)."""
+    lines = []
+    events = scorer.table.searches["event_id"].to_list()
+    for event, ids in zip(events, scorer.rankings(arm), strict=True):
+        n = len(ids)
+        lines += [f"e{event} Q0 {m} {r + 1} {n - r} msprlab:{arm.name}"
+                  for r, m in enumerate(ids)]
+    return "\n".join(lines) + "\n"
+
+
+# ---- commands -----------------------------------------------------------------------------
+def _context(args: argparse.Namespace, console: Console, bar: Progress) -> Context:
+    cfg = load_experiment(args.experiment)
+    tracker = None
+    if not args.no_track:
+        tracker = Tracker(args.tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
+    return Context(cfg, console, Path(args.root), tracker, bar)
+
+
+def _command(args: argparse.Namespace, which: str) -> int:
+    console = Console(width=max(Console().width, 120))
+    started = time.perf_counter()
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=console, transient=True)
+    try:
+        with bar:
+            ctx = _context(args, console, bar)
+            configs = P.ladder(ctx.cfg.engine, ctx.cfg.ablation.arms, ctx.cfg.ablation.weights) \
+                if which in ("ablate", "run") else {}
+            configs["tuned"] = ctx.cfg.engine
+            prepared = _prepare(ctx, configs)
+            run = ctx.tracker.run(f"{which}:{ctx.cfg.name}", tags=_tags(ctx.cfg, prepared, which)) \
+                if ctx.tracker is not None else nullcontext()
+            with run:
+                _log_run_header(ctx, prepared)
+                if which in ("ablate", "run"):
+                    run_ablation(ctx, prepared)
+                if which in ("tune", "run"):
+                    run_tuning(ctx, prepared, trials=args.trials, storage=args.storage,
+                               workers=args.workers, sampler=args.sampler)
+    except (ExperimentError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        return EXIT_BAD_INPUT
+    if ctx.tracker is not None:
+        console.print(ctx.tracker.where(), highlight=False)
+    console.print(f"done in {time.perf_counter() - started:.0f} s", highlight=False)
+    return EXIT_OK
+
+
+def add_experiment_commands(commands: Any) -> None:
+    shipped = ", ".join(shipped_experiments())
+    for name, help_text, description in (
+        ("run", "the whole experiment: data, replay, ablation ladder, weight search, test",
+         "Build the dataset (unless its store exists), replay it, run the ablation ladder and "
+         "the weight search on the train window, evaluate the best weights once on the test "
+         "window against the context-graph baseline, and log it all to MLflow."),
+        ("ablate", "the ablation ladder: each signal on alone, against the baseline",
+         "Score the context-graph baseline, each of personal, frequency, success, intent and "
+         "roles switched on alone, and all together, on the test window; paired comparisons "
+         "per intent and question type with bootstrap CIs and Holm-corrected p-values."),
+        ("tune", "an Optuna search over the six weights on the train window",
+         "Search the weights (ranges and sampler from the definition) on the train window, "
+         "starting from the baseline; a killed study resumes from its journal. The best "
+         "weights are evaluated once on the test window."),
+    ):
+        parser = commands.add_parser(
+            name, help=help_text, description=f"{description} EXPERIMENT is a TOML file or a "
+            f"shipped definition ({shipped}); see experiments/configs/.",
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        parser.add_argument("experiment", nargs="?", default="locomo", metavar="EXPERIMENT")
+        parser.add_argument("--root", default=".", help="working folder: stores go under "
+                            "ROOT/runs/ (as the definition's dataset.store says)")
+        parser.add_argument("--tracking-uri", default=None,
+                            help="MLflow tracking URI (default: the definition's, "
+                                 "sqlite:///mlflow.db)")
+        parser.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+        parser.add_argument("--trials", type=int, default=None,
+                            help="weight-search trials (default: the definition's)")
+        parser.add_argument("--sampler", choices=("tpe", "cmaes", "random"), default=None,
+                            help="Optuna sampler (default: the definition's, tpe)")
+        parser.add_argument("--storage", default=None,
+                            help="Optuna storage: a journal file path or an RDB URL such as "
+                                 "postgresql://...; default: a journal beside the store")
+        parser.add_argument("--workers", type=int, default=None,
+                            help="processes sharing the study (default: the definition's)")
+        parser.set_defaults(func=lambda args, which=name: _command(args, which))
