@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from msprlab.engine.batch import WEIGHTS
 
 from . import pipeline as P
+from .bundle import Bundle, provenance
 from .evaluation import Arm, Scorer
 from .experiment_config import (
     ExperimentConfig,
@@ -48,6 +49,7 @@ class Context:
     root: Path
     tracker: Tracker | None
     bar: Progress
+    bundle: Bundle
 
 
 def _stage(bar: Progress) -> P.Stage:
@@ -92,7 +94,6 @@ def _log_run_header(ctx: Context, prepared: P.Prepared) -> None:
     ctx.tracker.params(flatten({"experiment": {k: v for k, v in ctx.cfg.raw.items()
                                                if k != "engine"}}))
     ctx.tracker.params(P.engine_params(ctx.cfg.engine))
-    ctx.tracker.json(ctx.cfg.raw, "experiment.json")
 
 
 def _group_means(frame: pl.DataFrame, metrics: list[str]) -> dict[str, float]:
@@ -132,10 +133,13 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
                                         WEIGHTS, arm.weights, strict=True)},
                                     "intent": arm.intent, "roles": arm.roles})
                 ctx.tracker.metrics(_group_means(result.per_query[name], names))
-                ctx.tracker.frame(result.per_query[name], f"per_query/{name}.parquet")
-        ctx.tracker.frame(result.summary, "ablation/summary.parquet")
-        if result.comparison.height:
-            ctx.tracker.frame(result.comparison, "ablation/comparison.parquet")
+    for name, frame in result.per_query.items():
+        ctx.bundle.frame(frame, f"ablation/per_query/{name}.parquet")
+    ctx.bundle.frame(result.summary, "ablation/summary.parquet")
+    ctx.bundle.frame(P.weights_frame(result.arms), "ablation/arms.parquet")
+    ctx.bundle.json(result.notes, "ablation/notes.json")
+    if result.comparison.height:
+        ctx.bundle.frame(result.comparison, "ablation/comparison.parquet")
     return result
 
 
@@ -182,10 +186,9 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
                       on_trial=on_trial)
         best = result.best[0]
         snippet = best_config_snippet(cfg.engine, best)
+        ctx.bundle.frame(result.trials, "study/trials.parquet")
+        ctx.bundle.json(result.summary(), "study/summary.json")
         if ctx.tracker is not None:
-            ctx.tracker.frame(result.trials, "study/trials.parquet")
-            ctx.tracker.json(snippet, "best_weights.contextkit.json")
-            ctx.tracker.json(result.summary(), "study/summary.json")
             ctx.tracker.metrics({f"importance/{k}": v for k, v in
                                  result.importance_flat().items()})
     seconds = time.perf_counter() - started
@@ -231,12 +234,14 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
                                     _group_means(frames["baseline"], names).items()},
                                  **{f"tuned/{k}": v for k, v in
                                     _group_means(frames["tuned"], names).items()}})
-            ctx.tracker.frame(comparison, "test/comparison.parquet")
-            for name, frame in frames.items():
-                ctx.tracker.frame(frame, f"per_query/test_{name}.parquet")
-                ctx.tracker.text(_trec_run(test, baseline if name == "baseline" else best),
-                                 f"runs/test_{name}.trec")
-            ctx.tracker.json(snippet, "best_weights.contextkit.json")
+    ctx.bundle.frame(comparison, "test/comparison.parquet")
+    for name, frame in frames.items():
+        ctx.bundle.frame(frame, f"test/per_query/{name}.parquet")
+        ctx.bundle.text(_trec_run(test, baseline if name == "baseline" else best),
+                        f"test/runs/{name}.trec")
+    ctx.bundle.json(snippet, "best_weights.contextkit.json")
+    ctx.bundle.frame(P.weights_frame({"baseline": baseline, "tuned": best}),
+                     "test/arms.parquet")
     return {"comparison": comparison, "frames": frames, "best": best, "snippet": snippet}
 
 
@@ -253,12 +258,14 @@ def _trec_run(scorer: Scorer, arm: Arm) -> str:
 
 
 # ---- commands -----------------------------------------------------------------------------
-def _context(args: argparse.Namespace, console: Console, bar: Progress) -> Context:
+def _context(args: argparse.Namespace, console: Console, bar: Progress, which: str) -> Context:
     cfg = load_experiment(args.experiment)
     tracker = None
     if not args.no_track:
         tracker = Tracker(args.tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
-    return Context(cfg, console, Path(args.root), tracker, bar)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    bundle = Bundle(Path(args.root) / "results" / f"{cfg.name}-{which}-{stamp}")
+    return Context(cfg, console, Path(args.root), tracker, bar, bundle)
 
 
 def _command(args: argparse.Namespace, which: str) -> int:
@@ -268,23 +275,29 @@ def _command(args: argparse.Namespace, which: str) -> int:
                    TimeElapsedColumn(), console=console, transient=True)
     try:
         with bar:
-            ctx = _context(args, console, bar)
+            ctx = _context(args, console, bar, which)
             configs = P.ladder(ctx.cfg.engine, ctx.cfg.ablation.arms, ctx.cfg.ablation.weights) \
                 if which in ("ablate", "run") else {}
             configs["tuned"] = ctx.cfg.engine
             prepared = _prepare(ctx, configs)
             run = ctx.tracker.run(f"{which}:{ctx.cfg.name}", tags=_tags(ctx.cfg, prepared, which)) \
                 if ctx.tracker is not None else nullcontext()
-            with run:
+            with run as run_id:
                 _log_run_header(ctx, prepared)
+                ctx.bundle.json(provenance(ctx, prepared, which, run_id), "provenance.json")
                 if which in ("ablate", "run"):
                     run_ablation(ctx, prepared)
                 if which in ("tune", "run"):
                     run_tuning(ctx, prepared, trials=args.trials, storage=args.storage,
                                workers=args.workers, sampler=args.sampler)
+                ctx.bundle.finish(started)
+                if ctx.tracker is not None:
+                    ctx.tracker.mlflow.log_artifacts(str(ctx.bundle.folder))
     except (ExperimentError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         return EXIT_BAD_INPUT
+    console.print(f"results: {ctx.bundle.folder} (render them: msprlab report "
+                  f"{ctx.bundle.folder})", highlight=False)
     if ctx.tracker is not None:
         console.print(ctx.tracker.where(), highlight=False)
     console.print(f"done in {time.perf_counter() - started:.0f} s", highlight=False)

@@ -1,0 +1,112 @@
+"""The results bundle: everything a command measured, as files, for reports and regressions.
+
+A command writes `ROOT/results/NAME-COMMAND-STAMP/` and logs the folder as artifacts of
+its MLflow parent run, so `msprlab report` renders from files alone (never re-running the
+engine). Layout:
+
+    provenance.json                  experiment, config hash and text, dataset digest and
+                                     source, store, git commit, command, MLflow run, split
+                                     sizes, frequency mode, feedback policy, seeds, timings
+    ablation/summary.parquet         stats.aggregate per arm (test window)
+    ablation/comparison.parquet      stats.compare of every arm against the baseline
+    ablation/per_query/ARM.parquet   per-search metric values
+    ablation/arms.parquet            each arm's weights and switches
+    ablation/notes.json
+    study/trials.parquet             every trial: number, state, values, weights, duration
+    study/summary.json               best weights, Pareto front, importance, notes
+    test/comparison.parquet          tuned against the baseline on the test window
+    test/per_query/{baseline,tuned}.parquet
+    test/runs/{baseline,tuned}.trec  TREC runs (scores strictly decreasing with rank)
+    test/arms.parquet
+    best_weights.contextkit.json     the snippet that pastes into Memory.from_config
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from msprlab.datasets.atomic import write_json_atomic
+
+if TYPE_CHECKING:
+    from .commands import Context
+    from .pipeline import Prepared
+
+__all__ = ["Bundle", "provenance"]
+
+
+class Bundle:
+    """Files of one command's results under `folder`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, relative: str) -> Path:
+        path = self.folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def frame(self, frame: pl.DataFrame, relative: str) -> None:
+        frame.write_parquet(self._path(relative))
+
+    def json(self, obj: Any, relative: str) -> None:
+        write_json_atomic(self._path(relative), _plain(obj))
+
+    def text(self, text: str, relative: str) -> None:
+        self._path(relative).write_text(text, encoding="utf-8")
+
+    def finish(self, started: float) -> None:
+        """Stamp the provenance with the finish time and the duration."""
+        path = self.folder / "provenance.json"
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        record["seconds"] = round(time.perf_counter() - started, 1)
+        write_json_atomic(path, record)
+
+
+def _plain(obj: Any) -> Any:
+    """JSON-safe: NaN as null, tuples as lists, paths as text."""
+    if isinstance(obj, float):
+        return None if math.isnan(obj) or math.isinf(obj) else obj
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def provenance(ctx: Context, prepared: Prepared, command: str,
+               run_id: str | None) -> dict[str, Any]:
+    """Which data, which config, which code: the record every number is traced to."""
+    from .tracking import git_commit
+    first = next(iter(prepared.tables.values()))
+    splits = dict(prepared.split.value_counts().iter_rows())
+    ds = prepared.dataset
+    return {
+        "command": command, "experiment": ctx.cfg.name, "config_path": str(ctx.cfg.path),
+        "config_hash": ctx.cfg.digest(), "config": ctx.cfg.raw,
+        "dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest,
+                    "store": str(prepared.store), "counts": ds.counts()},
+        "git_commit": git_commit(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "mlflow": None if ctx.tracker is None or run_id is None else {
+            "tracking_uri": ctx.tracker.uri, "experiment": ctx.tracker.experiment,
+            "run_id": run_id},
+        "split": {"spec": {"test_fraction": ctx.cfg.split.test_fraction,
+                           "gap_days": ctx.cfg.split.gap_days,
+                           "per_user": ctx.cfg.split.per_user},
+                  "searches": {str(k): int(v) for k, v in splits.items()}},
+        "replay": {"frequency": first.meta["frequency"],
+                   "feedback_policy": first.meta["feedback_policy"],
+                   "seeds": first.meta["seeds"], "policy": first.meta["policy"],
+                   "limit": first.meta["limit"], "tables": len(prepared.tables),
+                   "from_cache": sum(prepared.from_cache.values())},
+    }
