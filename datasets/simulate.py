@@ -19,7 +19,9 @@ event log, in a closed loop through the engine:
    the embeddings of the memories in the query's owner scope (every non-null of user_id,
    agent_id and run_id equal) that exist at that time, top 10, ties in memory order.
 4. **Search.** The engine's `search` runs on the state built so far; its results, cut to
-   `limit`, are the shown ranking (a `search` event).
+   `limit`, are the shown ranking (a `search` event). The searcher's tenant_id and role
+   (the most common among the owner's memories, where they carry one) go in its filters,
+   as a multi-tenant deployment passes them: role policies judge results against them.
 5. **Access.** When the logging ranker counts accesses (MSPR and `mspr.frequency` on, the
    graph path taken), the engine bumped the access count of every result it returned; each
    bump is an `access` event at the search's timestamp (after the search on the timeline),
@@ -321,15 +323,16 @@ def _replay(ds: Dataset, corpus: Corpus, state: EngineState,
             seeds = owner_cosine_seeds(corpus, timeline, q, vectors[q])
         else:
             seeds = [Seed(m, float(s)) for m, s in seeds_fn(qid) if m in state.payloads]
+        caller = corpus.callers[q]
         request = SearchRequest(query=text, seeds=seeds, user_id=user, agent_id=agent,
-                                run_id=run, limit=limit,
+                                run_id=run, limit=limit, filters=caller or None,
                                 query_embedding=None if embeddings is None else embeddings[q])
         try:
             outcome = search(state, request, now=to_datetime(at))
         except SearchError as exc:
             raise ValueError(f"simulate_log: search {k} (query {qid!r}) failed: {exc}") from exc
         shown = [c.id for c in outcome.results[:limit]]
-        log.search(at, qid, text, user, agent, run, limit, shown)
+        log.search(at, qid, text, user, agent, run, limit, shown, caller)
         if counts_access and outcome.graph_path:  # the engine bumped each returned result
             for memory_id in shown:
                 log.event("access", at, qid, memory_id, user, agent, run)
@@ -364,9 +367,11 @@ class _Log:
             column.append(values.get(name))
 
     def search(self, at: int, qid: str, text: str, user: str | None, agent: str | None,
-               run: str | None, limit: int, shown: list[str]) -> None:
+               run: str | None, limit: int, shown: list[str],
+               caller: dict[str, str]) -> None:
         self._row(ts=at, kind="search", query_id=qid, query=text, user_id=user,
-                  agent_id=agent, run_id=run, filters="{}", limit=limit, shown=shown)
+                  agent_id=agent, run_id=run, filters=json.dumps(caller, sort_keys=True),
+                  limit=limit, shown=shown)
 
     def event(self, kind: str, at: int, qid: str, memory_id: str, user: str | None,
               agent: str | None, run: str | None) -> None:

@@ -62,6 +62,7 @@ class Corpus:
     scope_rows: list[npt.NDArray[np.int64]]     # per query: memory rows in its owner scope
     answerable_us: npt.NDArray[np.float64]      # per query; inf when never answerable
     grades: list[dict[str, int]]                # per query: memory id -> relevance
+    callers: list[dict[str, str]]               # per query: the searcher's tenant_id / role
 
 
 def single_embedder(embeddings: pl.DataFrame) -> pl.DataFrame:
@@ -124,9 +125,27 @@ def corpus_of(ds: Dataset) -> Corpus:
             answerable[i] = evidence[qid]
         elif scopes[owner].size:
             answerable[i] = created[scopes[owner]].min()
+    callers = {owner: _caller(memories, scopes[owner]) for owner in scopes}
     return Corpus(ids, vectors, has_vector, queries["query_id"].to_list(),
-                   queries["text"].to_list(), owners, [scopes[o] for o in owners],
-                   answerable, [grades[q] for q in queries["query_id"].to_list()])
+                  queries["text"].to_list(), owners, [scopes[o] for o in owners],
+                  answerable, [grades[q] for q in queries["query_id"].to_list()],
+                  [callers[o] for o in owners])
+
+
+def _caller(memories: pl.DataFrame, rows: npt.NDArray[np.int64]) -> dict[str, str]:
+    """Who searches a scope, as a multi-tenant deployment passes it in the filters: the
+    tenant_id and role most common among the scope's memories (ties: the smallest), each
+    only when some memory of the scope carries one."""
+    caller: dict[str, str] = {}
+    if rows.size == 0:
+        return caller
+    part = memories[rows.tolist()]
+    for column in ("tenant_id", "role"):
+        values = part[column].drop_nulls()
+        if values.len():
+            counts = values.value_counts().sort(["count", column], descending=[True, False])
+            caller[column] = counts[column][0]
+    return caller
 
 
 def token_incidence(texts: pl.Series) -> sparse.csr_matrix:

@@ -34,7 +34,7 @@ from .experiment_config import (
 )
 from .metrics import parse_metric
 from .stats import compare
-from .tables import comparison_table, delta_matrix, summary_table
+from .tables import audit_table, comparison_table, delta_matrix, summary_table
 from .tracking import Tracker, flatten, git_commit, metric_key
 
 __all__ = ["add_experiment_commands"]
@@ -124,7 +124,12 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
                                             f"the baseline, by {group_by.replace('_', ' ')}"))
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    audit = P.isolation_audit(cfg, prepared, configs, progress=_stage(ctx.bar))
+    ctx.console.print(audit_table(audit, policy=cfg.replay.policy))
+    ctx.bundle.frame(audit, "isolation/audit.parquet")
     if ctx.tracker is not None:
+        ctx.tracker.metrics({f"isolation/{r['mode']}/{r['arm']}/leaked": r["leaked"]
+                             for r in audit.iter_rows(named=True)})
         names = list(cfg.metrics.names)
         for name, arm in result.arms.items():
             with ctx.tracker.child(f"arm:{name}", tags={"msprlab.arm": name}):

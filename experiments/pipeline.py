@@ -43,11 +43,25 @@ def _quiet(what: str, done: int, total: int) -> None:
     return None
 
 
+def builder_digest() -> str:
+    """sha256 of the code that builds datasets (sources, simulator, edge synthesis): a store
+    built by other code is not reused."""
+    from msprlab import datasets, engine
+    digest = hashlib.sha256()
+    folder = Path(datasets.__path__[0])
+    for path in sorted([*folder.glob("*.py"), *(folder / "sources").glob("*.py"),
+                        Path(engine.__path__[0]) / "edges.py"]):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def store_path(cfg: ExperimentConfig, root: Path) -> Path:
-    """runs/NAME-HASH.duckdb: the hash covers every dataset setting and the experiment seed."""
+    """runs/NAME-HASH.duckdb: the hash covers every dataset setting and the code that builds
+    the dataset, so a changed setting or builder makes a new store."""
     if cfg.dataset.source == "store":
         return Path(cfg.dataset.store)
-    spec = json.dumps(asdict(cfg.dataset), sort_keys=True)
+    spec = json.dumps({**asdict(cfg.dataset), "code": builder_digest()}, sort_keys=True)
     stem = Path(cfg.dataset.store).stem
     digest = hashlib.sha256(spec.encode()).hexdigest()[:10]
     return root / Path(cfg.dataset.store).parent / f"{stem}-{digest}.duckdb"
@@ -221,3 +235,33 @@ def means(values: Mapping[str, np.ndarray]) -> dict[str, float]:
         kept = column[~np.isnan(column)]
         out[name] = float(kept.mean()) if kept.size else float("nan")
     return out
+
+
+def isolation_audit(cfg: ExperimentConfig, prepared: Prepared,
+                    configs: Mapping[str, EngineConfig], *, window: str = "test",
+                    progress: Stage = _quiet) -> pl.DataFrame:
+    """Per arm, in compat mode (the library: role policies judge the seeds only) and strict
+    mode (`corrections.strict_role_isolation`: graph neighbours too): how many returned
+    results the searcher may not see (`replay.AUDIT_POLICY`: tenant isolation and role
+    scope on the memory's stored payload) over the `window` searches."""
+    from msprlab.engine.batch import row_ranks, scores
+    strict_configs = {name: replace(config, corrections=replace(
+        config.corrections, strict_role_isolation=True)) for name, config in configs.items()}
+    strict = tables(cfg, prepared.store, strict_configs, progress)
+    rows = []
+    for mode, prep, mine in (("compat", prepared, configs), ("strict", strict, strict_configs)):
+        windowed = split_tables(prep, window)
+        for name, config in mine.items():
+            table = windowed[prep.key_of[name]]
+            arm = arm_of(name, config)
+            block = table.block()
+            rank = row_ranks(block, scores(block, arm.weights, intent=arm.intent),
+                             roles=arm.roles)
+            returned = rank[block.internal_rows(np.arange(block.n_rows))] >= 0
+            leaked = returned & ~table.candidates["visible"].to_numpy()
+            searches = table.candidates["search"].to_numpy()
+            rows.append({"arm": name, "mode": mode, "roles": arm.roles,
+                         "searches": table.searches.height, "returned": int(returned.sum()),
+                         "leaked": int(leaked.sum()),
+                         "leaked_searches": int(np.unique(searches[leaked]).size)})
+    return pl.DataFrame(rows)

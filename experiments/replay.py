@@ -59,8 +59,16 @@ from msprlab.engine import EngineConfig, SearchError, SearchRequest, new_state, 
 from msprlab.engine.batch import FEATURES, INTENTS, WEIGHTS, CandidateBlock
 from msprlab.engine.config import IntentConfig, as_dict
 from msprlab.engine.intent import Classifier, Intent, IntentRouter
-from msprlab.engine.roles import RolePolicy, role_context_from_filters, role_multipliers
-from msprlab.engine.search import effective_filters, search
+from msprlab.engine.roles import (
+    CompositePolicy,
+    RolePolicy,
+    RoleScopePolicy,
+    TenantIsolationPolicy,
+    apply_role_policy,
+    role_context_from_filters,
+    role_multipliers,
+)
+from msprlab.engine.search import effective_filters, search, seed_payload
 
 __all__ = ["FEEDBACK_POLICY", "FREQUENCY_MODES", "CandidateTable", "FrequencyMode",
            "featurize_config", "replay", "table_key"]
@@ -99,8 +107,9 @@ def table_key(config: EngineConfig, frequency: FrequencyMode, *,
         return {"frequency": frequency, "config": as_dict(config)}
     key = featurize_config(config, frequency)
     mspr = key.mspr
-    if not has_policy:
-        key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=False)))
+    if not has_policy:  # the role switch and strict isolation have nothing to apply
+        key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=False)),
+                      corrections=replace(key.corrections, strict_role_isolation=False))
     elif not mspr.role.hard_filter and not config.corrections.strict_role_isolation:
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=True)))
     return {"frequency": frequency, "config": as_dict(key)}
@@ -115,8 +124,10 @@ class CandidateTable:
         routing is off), question_type, n_candidates, error (the library's exception when
         the search raised; it then has no candidates), logged (the logged ranking).
     candidates: search, position (discovery order), memory_id, was_seed, the six FEATURES,
-        relevance, role (soft-role multiplier: 1 no effect, 0 denied), logged_rank (0-based
-        rank in the logged ranking, null when not shown), grade (null when unjudged).
+        relevance, role (soft-role multiplier: 1 no effect, 0 denied), visible (may the
+        searcher see it: `AUDIT_POLICY` on its stored payload, for the isolation audit),
+        logged_rank (0-based rank in the logged ranking, null when not shown), grade (null
+        when unjudged).
     qrels: query_id, memory_id, relevance of the evaluated queries (the ideal rankings
         need every judged memory, candidate or not).
     meta: dataset digest and source, frequency mode, feedback policy, seeds, the table key.
@@ -312,12 +323,14 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
             if q is None:
                 continue  # nothing to evaluate it against; its decay tick has happened
             label = outcome.intent.label if outcome is not None and outcome.intent else None
-            multipliers = None
-            if outcome is not None and role_soft and outcome.candidates and policy is not None:
+            multipliers = visible = None
+            if outcome is not None and outcome.candidates:
                 ctx = role_context_from_filters(user_id=user, agent_id=agent, run_id=run_id,
                                                 filters=effective_filters(request))
-                multipliers = role_multipliers([c.entry() for c in outcome.candidates],
-                                               policy, ctx)
+                if role_soft and policy is not None:
+                    multipliers = role_multipliers([c.entry() for c in outcome.candidates],
+                                                   policy, ctx)
+                visible = _visible(state, outcome.candidates, ctx)
             out.search(event_id=event_id, ts=ts, query_id=query_id, query=text, user=user,
                        agent=agent, run=run_id, limit=request.limit,
                        intent=(label or Intent.UNKNOWN).value,
@@ -325,7 +338,7 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
                        question_type=question_type.get(query_id), error=error,
                        logged=shown, engine=reference,
                        candidates=[] if outcome is None else outcome.candidates,
-                       multipliers=multipliers, grades=corpus.grades[q])
+                       multipliers=multipliers, visible=visible, grades=corpus.grades[q])
     if progress is not None:
         progress(total, total)
     meta = {"dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest},
@@ -338,6 +351,18 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
     qrels = ds.qrels.select("query_id", "memory_id", "relevance").filter(
         pl.col("query_id").is_in(searches["query_id"].unique().implode()))
     return CandidateTable(searches, candidates, qrels, meta=meta)
+
+
+# The isolation audit's yardstick: tenant isolation and role scope with the library's
+# defaults, judged on each memory's full stored payload.
+AUDIT_POLICY = CompositePolicy([TenantIsolationPolicy(), RoleScopePolicy()])
+
+
+def _visible(state: Any, candidates: list[Any], ctx: Any) -> list[bool]:
+    """May the searcher see each candidate (AUDIT_POLICY on its stored payload)?"""
+    full = [seed_payload(c.id, state.payloads.get(c.id, {}), None) for c in candidates]
+    allowed = {e["id"] for e in apply_role_policy(full, AUDIT_POLICY, ctx, hard_filter=True)}
+    return [c.id in allowed for c in candidates]
 
 
 def vectors_as_tuples(vectors: np.ndarray, q: int) -> tuple[float, ...]:
@@ -392,13 +417,14 @@ class _Collector:
             "engine")}
         self.c: dict[str, list[Any]] = {c: [] for c in (
             "search", "position", "memory_id", "was_seed", *FEATURES, "relevance", "role",
-            "logged_rank", "grade")}
+            "visible", "logged_rank", "grade")}
 
     def search(self, *, event_id: int, ts: int, query_id: str, query: str, user: Any,
                agent: Any, run: Any, limit: int, intent: str, label: str,
                question_type: str | None, error: str | None, logged: list[str] | None,
                engine: list[str] | None, candidates: list[Any],
-               multipliers: list[float] | None, grades: Mapping[str, int]) -> None:
+               multipliers: list[float] | None, visible: list[bool] | None,
+               grades: Mapping[str, int]) -> None:
         index = len(self.s["event_id"])
         for name, value in (("event_id", event_id), ("ts", ts), ("query_id", query_id),
                             ("query", query), ("user_id", user), ("agent_id", agent),
@@ -418,6 +444,7 @@ class _Collector:
             c[name].extend(getattr(x, name) for x in candidates)
         c["relevance"].extend(x.relevance for x in candidates)
         c["role"].extend(multipliers if multipliers is not None else [1.0] * n)
+        c["visible"].extend(visible if visible is not None else [True] * n)
         c["logged_rank"].extend(shown.get(x.id) for x in candidates)
         c["grade"].extend(grades.get(x.id) for x in candidates)
 
@@ -435,6 +462,7 @@ class _Collector:
         candidates = pl.DataFrame(self.c, schema={
             "search": pl.Int64, "position": pl.Int64, "memory_id": pl.String,
             "was_seed": pl.Boolean, **dict.fromkeys(FEATURES, pl.Float64),
-            "relevance": pl.Float64, "role": pl.Float64, "logged_rank": pl.Int64,
+            "relevance": pl.Float64, "role": pl.Float64, "visible": pl.Boolean,
+            "logged_rank": pl.Int64,
             "grade": pl.Int64})
         return searches, candidates

@@ -9,7 +9,7 @@ import polars as pl
 from rich import box
 from rich.table import Table
 
-__all__ = ["comparison_table", "delta_matrix", "fmt", "summary_table"]
+__all__ = ["audit_table", "comparison_table", "delta_matrix", "fmt", "summary_table"]
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -112,4 +112,25 @@ def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
             text = f"{r['delta']:+.4f}{mark}"
             cells.append(f"[italic]{text}[/italic]" if r["low_support"] else text)
         table.add_row(arm, *cells)
+    return table
+
+
+def audit_table(audit: pl.DataFrame, *, policy: str) -> Table:
+    """Returned results the searcher may not see, per arm, compat against strict mode."""
+    table = Table(title="isolation audit, test window: returned results from a tenant or role "
+                        "the searcher may not see", title_justify="left", box=box.SIMPLE_HEAD,
+                  caption=f"installed role policy: {policy}; compat = the library (policies "
+                          "judge seeds only), strict = graph neighbours judged too; judged by "
+                          "tenant isolation + role scope on each memory's stored payload",
+                  caption_justify="left")
+    for column in ("arm", "roles", "returned", "leaked (compat)", "in searches",
+                   "leaked (strict)", "in searches "):
+        table.add_column(column, justify="left" if column == "arm" else "right", no_wrap=True)
+    compat = audit.filter(pl.col("mode") == "compat")
+    strict = {r["arm"]: r for r in audit.filter(pl.col("mode") == "strict").iter_rows(named=True)}
+    for r in compat.iter_rows(named=True):
+        s = strict.get(r["arm"], {})
+        table.add_row(r["arm"], "on" if r["roles"] else "off", f"{r['returned']:,}",
+                      f"{r['leaked']:,}", f"{r['leaked_searches']:,}",
+                      f"{s.get('leaked', 0):,}", f"{s.get('leaked_searches', 0):,}")
     return table

@@ -3,6 +3,7 @@ repeats, event kinds and counts, and click rates against the click model."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from datetime import timedelta
@@ -119,7 +120,11 @@ def test_kinds_and_counts(corpus, log) -> None:
     assert counts["access"] == found["shown"].list.len().sum()
     assert (found["limit"] == 10).all()
     assert found["shown"].list.len().is_between(1, 10).all()
-    assert (found["filters"] == "{}").all()
+    # Each search carries its user's tenant and role (synthetic users have one each).
+    tenants = dict(ds.memories.select("user_id", "tenant_id").unique().iter_rows())
+    roles = dict(ds.memories.select("user_id", "role").unique().iter_rows())
+    for user, filters in found.select("user_id", "filters").iter_rows():
+        assert json.loads(filters) == {"tenant_id": tenants[user], "role": roles[user]}
     verdicts = log.events.filter(pl.col("kind") == "feedback")
     assert verdicts["helpful"].is_not_null().all()
     assert 0 < verdicts["helpful"].mean() < 1  # type: ignore[operator]
