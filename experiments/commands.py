@@ -301,6 +301,9 @@ def _command(args: argparse.Namespace, which: str) -> int:
     except (ExperimentError, FileNotFoundError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         return EXIT_BAD_INPUT
+    except ValueError as exc:  # a definition the data or the engine cannot run
+        console.print(f"[red]error:[/red] {args.experiment}: {exc}", highlight=False)
+        return EXIT_BAD_INPUT
     console.print(f"results: {ctx.bundle.folder} (render them: msprlab report "
                   f"{ctx.bundle.folder})", highlight=False)
     if ctx.tracker is not None:

@@ -1,0 +1,148 @@
+"""Experiment definitions, the ablation ladder, and `msprlab ablate` end to end on a small
+synthetic world."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from msprlab.engine.batch import WEIGHTS
+from msprlab.experiments.ablation import ladder
+from msprlab.experiments.cli import main
+from msprlab.experiments.evaluation import arm_of
+from msprlab.experiments.experiment_config import (
+    ExperimentError,
+    load_experiment,
+    shipped_experiments,
+)
+
+SMALL = """
+name = "small"
+seed = 3
+
+[dataset]
+source = "synthetic"
+store = "runs/small.duckdb"
+searches = 240
+users = 3
+memories_per_user = 20
+queries_per_user = 4
+
+[split]
+test_fraction = 0.4
+
+[engine.context_graph]
+enabled = true
+
+[engine.mspr]
+enabled = true
+feedback = { enabled = true }
+success = { enabled = true, min_sample_size = 1 }
+frequency = { enabled = true }
+role = { enabled = false, hard_filter = false }
+
+[replay]
+policy = "composite"
+
+[metrics]
+names = ["ndcg@10", "mrr"]
+min_support = 5
+bootstrap = 200
+
+[tune]
+trials = 10
+"""
+
+
+def test_shipped_definitions_load() -> None:
+    assert {"locomo", "synthetic", "scifact-sanity"} <= set(shipped_experiments())
+    for name in shipped_experiments():
+        cfg = load_experiment(name)
+        assert cfg.metrics.primary in cfg.metrics.names
+        assert len(cfg.digest()) == 64
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[tune]\ntrails = 3\n", "tune: unknown key 'trails'; known keys: trials, sampler"),
+    ("colour = 1\n", "unknown key 'colour'; known top-level keys: name"),
+    ("[engine.mspr]\nenabeld = true\n", "engine: unknown key mspr.enabeld"),
+    ("[metrics]\nnames = ['ndcg@10']\nprimary = 'mrr'\n", "metrics.primary 'mrr' must be"),
+    ("[metrics]\nnames = ['ndgc@10']\n", "unknown metric 'ndgc@10'"),
+    ("[tune]\nranges = { alpha = [0, 1] }\n", "unknown weight 'alpha'"),
+    ("[tune]\nranges = { alpha_dense = [0.5, 0.2] }\n", "0 <= low <= high <= 1"),
+    ("[split]\ntest_fraction = 1.5\n", "test_fraction must be in (0, 1)"),
+    ("[tune]\nsampler = 'grid'\n", "tune.sampler: 'grid' is not one of tpe, cmaes, random"),
+    ("[tune]\ntrials = 'many'\n", "tune.trials: expected int"),
+])
+def test_bad_definitions_name_the_key(tmp_path, text, message) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ExperimentError) as info:
+        load_experiment(path)
+    assert message in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_ladder_switches_one_signal_per_arm() -> None:
+    cfg = load_experiment("synthetic")
+    configs = ladder(cfg.engine, cfg.ablation.arms, cfg.ablation.weights)
+    arms = {name: arm_of(name, c) for name, c in configs.items()}
+    base = arms["baseline"]
+    assert base.weights[3:] == (0.0, 0.0, 0.0) and not base.intent and not base.roles
+    moved = {name: [w for w, a, b in zip(WEIGHTS, arm.weights, base.weights, strict=True)
+                    if a != b] for name, arm in arms.items()}
+    assert moved["personal"] == ["delta_personal"]
+    assert moved["frequency"] == ["epsilon_frequency"]
+    assert moved["success"] == ["zeta_success"]
+    assert moved["intent"] == [] and arms["intent"].intent and not arms["intent"].roles
+    assert moved["roles"] == [] and arms["roles"].roles
+    assert len(moved["all"]) == 3 and arms["all"].intent and arms["all"].roles
+    # every arm keeps the state switches: they replay the same logged state
+    assert {c.mspr.feedback.enabled for c in configs.values()} == {True}
+
+
+def test_ladder_refuses_a_signal_without_its_state() -> None:
+    cfg = load_experiment("scifact-sanity")  # mspr off
+    with pytest.raises(ValueError, match=r"mspr\.enabled must be on"):
+        ladder(cfg.engine, ["baseline", "personal"], {})
+
+
+def test_ablate_end_to_end(tmp_path, capsys) -> None:
+    definition = tmp_path / "small.toml"
+    definition.write_text(SMALL)
+    code = main(["ablate", str(definition), "--root", str(tmp_path), "--no-track"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "ablation, test window: ndcg@10" in out and "isolation audit" in out
+    bundles = list((tmp_path / "results").iterdir())
+    assert len(bundles) == 1
+    bundle = bundles[0]
+    provenance = json.loads((bundle / "provenance.json").read_text())
+    assert provenance["dataset"]["source"] == "synthetic+clicks"
+    assert provenance["split"]["searches"]["test"] > 0
+    comparison = pl.read_parquet(bundle / "ablation" / "comparison.parquet")
+    assert set(comparison["arm"]) == {"personal", "frequency", "success", "intent", "roles",
+                                      "all"}
+    audit = pl.read_parquet(bundle / "isolation" / "audit.parquet")
+    assert set(audit["mode"]) == {"compat", "strict"}
+    assert (audit["returned"] > 0).all()
+    # the second run reuses the store and the cached replays
+    assert main(["ablate", str(definition), "--root", str(tmp_path), "--no-track"]) == 0
+    assert "from the cache" in capsys.readouterr().out
+    assert len(list((tmp_path / "runs").glob("*.duckdb"))) == 1
+
+
+def test_a_definition_without_the_graph_path_is_bad_input(tmp_path, capsys) -> None:
+    definition = tmp_path / "nograph.toml"
+    definition.write_text(SMALL.replace("[engine.context_graph]\nenabled = true\n", ""))
+    assert main(["ablate", str(definition), "--root", str(tmp_path), "--no-track"]) == 2
+    assert "context_graph.enabled" in capsys.readouterr().out
+
+
+def test_missing_experiment_is_bad_input(tmp_path, capsys) -> None:
+    assert main(["ablate", "nonexistent", "--root", str(tmp_path), "--no-track"]) == 2
+    assert "no experiment 'nonexistent'" in capsys.readouterr().out
+    assert not Path(tmp_path, "results").exists()
