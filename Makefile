@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow test-parity bench lint typecheck clean
+.PHONY: setup demo run test test-slow test-parity regress bench lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ test-slow: setup  ## slow tests only
 test-parity: setup  ## differential tests against the ContextKit library itself
 	$(BIN)/pip install --quiet -e '.[dev,parity]'
 	$(BIN)/pytest -q -m "parity and not slow" -n 2
+
+regress: setup  ## the ranking-quality gate: the frozen benchmark against experiments/regress/
+	$(BIN)/msprlab regress --root build/regress
 
 bench: setup  ## speed figures, printed as ratios measured side by side
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

@@ -18,7 +18,9 @@ from msprlab.datasets.scenario import ScenarioError, load_scenario
 from msprlab.experiments.commands import add_experiment_commands
 from msprlab.experiments.evaluate_cli import add_evaluate_command
 from msprlab.experiments.ingest_cli import add_ingest_commands
+from msprlab.experiments.regress import add_regress_command
 from msprlab.experiments.replay_cli import add_replay_command
+from msprlab.experiments.report_cli import add_report_command
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 DEMO_SCENARIOS = Path(__file__).parent / "scenarios"
@@ -140,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_evaluate_command(commands)
     add_replay_command(commands)
     add_experiment_commands(commands)
+    add_report_command(commands)
+    add_regress_command(commands)
     demo = commands.add_parser("demo", help="run the engine on the spec's worked examples")
     demo.set_defaults(func=cmd_demo)
     scenario = commands.add_parser("scenario", help="replay or compare scenario files")

@@ -1,0 +1,254 @@
+"""`msprlab regress`: a ranking-quality gate for CI.
+
+The frozen benchmark is a committed definition (`experiments/configs/regress/gate.toml`): a list
+of experiments (the LoCoMo log and the synthetic log) and the ranker to hold to account
+(the committed weights and switches). For each, the current engine replays the benchmark
+and scores the ranker on every evaluated search; the per-search values are compared,
+paired by search event, with the committed baseline file (`experiments/regress/NAME.parquet`)
+group by group (overall, per intent, per question type).
+
+The rule is non-inferiority (EVALUATION.md): for every group with at least `min_support`
+searches, the lower bound of the paired bootstrap 95% CI of (new − baseline) must stay
+above −margin. Anything else is a regression: exit status 1. A benchmark whose data
+changed (another dataset digest) cannot be paired; that is reported and fails too, until
+the baseline is rewritten on purpose with `msprlab regress --update`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from msprlab.engine import config_from_dict
+from msprlab.engine.batch import WEIGHTS
+
+from . import pipeline as P
+from .evaluation import Arm, Scorer, arm_of
+from .experiment_config import ExperimentError, load_experiment
+from .metrics import parse_metric
+from .stats import noninferior
+
+__all__ = ["DEFAULT_DEFINITION", "add_regress_command", "run_regress"]
+
+DEFAULT_DEFINITION = Path(__file__).parent / "configs" / "regress" / "gate.toml"
+BASELINE_DIR = Path(__file__).parent / "regress"
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Gate:
+    experiments: tuple[str, ...]
+    metrics: tuple[str, ...]
+    margin: float
+    min_support: int
+    n_resamples: int
+    seed: int
+    ranker: dict[str, Any]   # a ContextKit config dict: the committed weights and switches
+    baseline_dir: Path
+
+
+def load_gate(path: Path) -> Gate:
+    raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    known = {"experiments", "metrics", "margin", "min_support", "bootstrap", "seed", "ranker",
+             "baseline_dir"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ExperimentError(f"{path}: unknown key {unknown[0]!r}; known keys: "
+                              f"{', '.join(sorted(known))}")
+    margin = float(raw.get("margin", 0.01))
+    if not (math.isfinite(margin) and margin >= 0):
+        raise ExperimentError(f"{path}: margin must be >= 0, got {margin!r}")
+    folder = Path(raw.get("baseline_dir", BASELINE_DIR))
+    if not folder.is_absolute():
+        folder = Path(path).parent / folder
+    experiments = tuple(str((Path(path).parent / e).resolve()) if e.endswith(".toml") else e
+                        for e in raw.get("experiments", ("locomo",)))
+    return Gate(experiments,
+                tuple(raw.get("metrics", ("ndcg@10",))), margin,
+                int(raw.get("min_support", 30)), int(raw.get("bootstrap", 1000)),
+                int(raw.get("seed", 0)), dict(raw.get("ranker", {})), folder)
+
+
+def _scores(gate: Gate, experiment: str, root: Path) -> tuple[pl.DataFrame, str, Arm]:
+    """Per-search values of the committed ranker on one benchmark, and its data digest."""
+    cfg = load_experiment(experiment)
+    ranker = config_from_dict(_merge(cfg.engine_dict, gate.ranker))
+    store = P.prepare_store(cfg, root)
+    prepared = P.tables(cfg, store, {"ranker": ranker})
+    table = prepared.table("ranker")
+    scorer = Scorer.of(table, [parse_metric(m) for m in gate.metrics])
+    arm = arm_of("ranker", ranker)
+    return scorer.frame(arm), prepared.dataset.digest, arm
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def _groups(frame: pl.DataFrame) -> list[tuple[str, str, pl.Series]]:
+    cells = [("overall", "overall", pl.Series([True] * frame.height))]
+    for column in ("intent", "question_type"):
+        for value in frame[column].drop_nulls().unique().sort().to_list():
+            cells.append((column, value, frame[column] == value))
+    return cells
+
+
+def compare_to_baseline(new: pl.DataFrame, old: pl.DataFrame, gate: Gate,
+                        benchmark: str) -> pl.DataFrame:
+    """One row per (group, metric): n, means, the paired bootstrap CI of new − old, verdict."""
+    paired = old.join(new, on="event_id", how="inner", suffix=":new")
+    if paired.height != old.height or paired.height != new.height:
+        raise ValueError(f"{benchmark}: the searches differ from the baseline's "
+                         f"({old.height} baseline, {new.height} now, {paired.height} paired)")
+    rng = np.random.default_rng(gate.seed)
+    rows = []
+    for group_by, group, mask in _groups(paired):
+        part = paired.filter(mask)
+        for metric in gate.metrics:
+            a = part[f"{metric}:new"].to_numpy()
+            b = part[metric].to_numpy()
+            keep = ~(np.isnan(a) | np.isnan(b))
+            diff = a[keep] - b[keep]
+            n = int(diff.size)
+            low = high = math.nan
+            if n >= 2:
+                draws = rng.integers(0, n, size=(gate.n_resamples, n))
+                means = diff[draws].mean(axis=1)
+                low, high = (float(x) for x in np.quantile(means, [0.025, 0.975]))
+            elif n == 1:
+                low = high = float(diff[0])
+            gated = n >= gate.min_support
+            ok = bool(noninferior(low, gate.margin)) if gated else True
+            if n and np.all(diff == 0):
+                ok = True  # identical values: nothing moved
+            rows.append({"benchmark": benchmark, "group_by": group_by, "group": group,
+                         "metric": metric, "n": n,
+                         "baseline": float(b[keep].mean()) if n else math.nan,
+                         "new": float(a[keep].mean()) if n else math.nan,
+                         "delta": float(diff.mean()) if n else math.nan,
+                         "ci_low": low, "ci_high": high, "gated": gated, "ok": ok})
+    return pl.DataFrame(rows)
+
+
+def run_regress(definition: Path, root: Path, *, update: bool, console: Console) -> int:
+    gate = load_gate(definition)
+    results = []
+    failures: list[str] = []
+    for experiment in gate.experiments:
+        started = time.perf_counter()
+        frame, digest, arm = _scores(gate, experiment, root)
+        path = gate.baseline_dir / f"{Path(experiment).stem}.parquet"
+        meta_path = path.with_suffix(".json")
+        console.print(f"{experiment}: {frame.height:,} searches scored in "
+                      f"{time.perf_counter() - started:.0f} s (data {digest[:12]}; weights "
+                      + ", ".join(f"{w}={v:g}" for w, v in zip(WEIGHTS, arm.weights,
+                                                              strict=True))
+                      + f"; intent {'on' if arm.intent else 'off'})", highlight=False)
+        if update:
+            gate.baseline_dir.mkdir(parents=True, exist_ok=True)
+            frame.write_parquet(path)
+            meta_path.write_text(json.dumps({"dataset_digest": digest, "arm": arm.as_dict(),
+                                             "searches": frame.height}, indent=2) + "\n")
+            console.print(f"  baseline rewritten: {path}", highlight=False)
+            continue
+        if not path.is_file():
+            failures.append(f"{experiment}: no baseline at {path}; create it with "
+                            "`msprlab regress --update`")
+            continue
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta["dataset_digest"] != digest:
+            failures.append(f"{experiment}: the benchmark data changed (dataset digest "
+                            f"{digest[:12]}, baseline {meta['dataset_digest'][:12]}): the "
+                            "searches cannot be paired; review, then `msprlab regress "
+                            "--update`")
+            continue
+        try:
+            results.append(compare_to_baseline(frame, pl.read_parquet(path), gate, experiment))
+        except ValueError as exc:
+            failures.append(str(exc))
+    if update:
+        return EXIT_OK
+    if results:
+        table = pl.concat(results)
+        console.print(_table(table, gate))
+        failures += [f"{r['benchmark']} {r['metric']} {r['group_by']}={r['group']}: "
+                     f"CI low {r['ci_low']:+.4f} <= -{gate.margin}"
+                     for r in table.filter(~pl.col("ok")).iter_rows(named=True)]
+    for failure in failures:
+        console.print(f"[red]regression:[/red] {failure}", highlight=False)
+    if failures:
+        return EXIT_FAIL
+    console.print(f"no regression: every group within the margin {gate.margin} "
+                  f"(non-inferiority, paired bootstrap 95% CI, {gate.n_resamples} resamples)")
+    return EXIT_OK
+
+
+def _table(frame: pl.DataFrame, gate: Gate) -> Table:
+    """What moved: every overall row, and each group whose mean changed or that fails."""
+    moved = frame.filter((pl.col("group_by") == "overall") | (pl.col("delta").abs() > 0)
+                         | ~pl.col("ok"))
+    still = frame.height - moved.height
+    table = Table(title="ranking quality against the committed baseline (paired per search)",
+                  title_justify="left", box=box.SIMPLE_HEAD,
+                  caption=f"a gated group (n >= {gate.min_support}) fails when the 95% CI low of "
+                          f"new - baseline is <= -{gate.margin}; {still} other group x metric "
+                          "cells did not move",
+                  caption_justify="left")
+    for column in ("benchmark", "group", "metric", "n", "baseline", "new", "delta", "95% CI",
+                   "verdict"):
+        table.add_column(column, justify="left" if column in ("benchmark", "group", "metric",
+                                                               "verdict") else "right",
+                         no_wrap=True)
+    for r in moved.iter_rows(named=True):
+        changed = r["delta"] == r["delta"] and abs(r["delta"]) > 0
+        verdict = ("ok" if r["ok"] else "[red]REGRESSION[/red]") if r["gated"] else "small n"
+        group = r["group"] if r["group_by"] == "overall" else f"{r['group_by']}={r['group']}"
+        table.add_row(Path(r["benchmark"]).stem, group, r["metric"], f"{r['n']:,}",
+                      f"{r['baseline']:.4f}", f"{r['new']:.4f}",
+                      f"{r['delta']:+.4f}" if changed else "0",
+                      f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", verdict)
+    return table
+
+
+def cmd_regress(args: argparse.Namespace) -> int:
+    console = Console(width=max(Console().width, 120))
+    try:
+        return run_regress(args.definition, Path(args.root), update=args.update,
+                           console=console)
+    except (ExperimentError, FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        return EXIT_BAD_INPUT
+
+
+def add_regress_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "regress", help="the ranking-quality gate: exit 1 when a benchmark group regresses",
+        description="Replay the frozen benchmark (experiments/configs/regress/gate.toml: the "
+                    "LoCoMo and synthetic logs) with the current engine and the committed "
+                    "ranker, and compare every group (overall, per intent, per question type) "
+                    "with the committed per-search baseline (experiments/regress/): a group "
+                    "regresses when the lower bound of the paired bootstrap 95% CI of "
+                    "new - baseline is at or below -margin. Exit 0 when nothing regressed, "
+                    "1 on a regression, 2 on bad input. --update rewrites the baseline.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--definition", type=Path, default=DEFAULT_DEFINITION,
+                        help="the gate's TOML definition")
+    parser.add_argument("--root", default=".", help="working folder (stores under ROOT/runs)")
+    parser.add_argument("--update", action="store_true",
+                        help="rewrite the baseline files from this run (review the change)")
+    parser.set_defaults(func=cmd_regress)
