@@ -177,7 +177,7 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
 
         def on_trial(record: Any) -> None:
             if ctx.tracker is not None and record.values is not None:
-                ctx.tracker.metrics({metric_key(o.label()): v for o, v in zip(
+                ctx.tracker.metrics({f"trial/{o.key()}": v for o, v in zip(
                     objectives, record.values, strict=True)}, step=record.number,
                     synchronous=False)
 
@@ -192,10 +192,15 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
         best = result.best[0]
         snippet = best_config_snippet(cfg.engine, best)
         ctx.bundle.frame(result.trials, "study/trials.parquet")
-        ctx.bundle.json(result.summary(), "study/summary.json")
+        ctx.bundle.json(study_summary(result, n_trials), "study/summary.json")
         if ctx.tracker is not None:
-            ctx.tracker.metrics({f"importance/{k}": v for k, v in
-                                 result.importance_flat().items()})
+            ctx.tracker.metrics({f"importance/{metric_key(label)}/{weight}": value
+                                 for label, values in result.importance.items()
+                                 for weight, value in values.items()})
+            ctx.tracker.metrics({f"best/{o.key()}": v for o, v in zip(
+                objectives, result.best_values[0], strict=True)})
+            ctx.tracker.params({f"best.{w}": v for w, v in zip(
+                WEIGHTS, best.weights, strict=True)})
     seconds = time.perf_counter() - started
     ctx.console.print(f"weight search: {len(result.trials):,} trials in {seconds:.1f} s on the "
                       f"train window ({train.searches.height:,} searches); study "
@@ -205,6 +210,24 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     return _test_window(ctx, test_scorer, base, best, snippet, metrics)
+
+
+def study_summary(result: Any, n_trials: int) -> dict[str, Any]:
+    """What the study found, as JSON: best (or Pareto) weights and values, importance."""
+    states = result.trials["state"].value_counts()
+    return {
+        "study": result.study_name, "storage": result.storage, "trials_requested": n_trials,
+        "trials": {state: int(n) for state, n in states.iter_rows()},
+        "objectives": [o.label() for o in result.objectives],
+        "best": [{"weights": dict(zip(WEIGHTS, arm.weights, strict=True)),
+                  "intent": arm.intent, "roles": arm.roles,
+                  "values": dict(zip([o.label() for o in result.objectives], values,
+                                     strict=True))}
+                 for arm, values in zip(result.best, result.best_values, strict=True)],
+        "pareto": len(result.objectives) > 1,
+        "importance": result.importance, "importance_method": "PED-ANOVA (optuna.importance)",
+        "notes": list(result.notes),
+    }
 
 
 def _objective(text: str) -> tuple[str, str | None]:
