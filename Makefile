@@ -14,7 +14,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install msprlab with its dev tools
 
-demo: setup  ## the main job: the engine on the spec's worked examples
+run: setup  ## the main job: the default experiment end to end (LoCoMo)
+	$(BIN)/msprlab run locomo
+
+demo: setup  ## the engine on the spec's worked examples
 	$(BIN)/msprlab demo
 
 test: setup  ## the default test run (fast; slow and parity tests excluded)
@@ -35,6 +38,7 @@ bench: setup  ## speed figures, printed as ratios measured side by side
 	$(BIN)/python -m msprlab.experiments.bench_engine
 	$(BIN)/python -m msprlab.experiments.bench_ingest
 	$(BIN)/python -m msprlab.experiments.bench_metrics
+	$(BIN)/python -m msprlab.experiments.bench_tune
 
 # mypy resolves msprlab.* through a link tree, since the import packages map to
 # top-level folders (pyproject's package-dir) that mypy cannot follow on its own.
