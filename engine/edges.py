@@ -6,6 +6,11 @@ DOCUMENT_LINK depend on the order of calls, and are lost with the builder as the
 across a library restart. Time is an argument: every node timestamp and edge timestamp a
 call writes is its `now`.
 
+TOPIC_SIMILAR compares a new memory with every stored embedding. The builder keeps those
+vectors as the rows of one matrix (`_EmbeddingRows`), so each insert costs one matrix-vector
+product that rules out the pairs provably below the threshold, and the few left get the
+library's exact left-to-right cosine (bit for bit what `text.cosine` gives).
+
 LLM-inferred edges (SUPPORTS, CONTRADICTS, REFINES, ELABORATES) are out of scope, so
 the builder keeps no text cache for them. The UPDATED_FROM edge is not modelled either:
 `Memory.update` passes the memory's own id as the previous version, and the library only
@@ -15,14 +20,18 @@ links a previous version that differs from it.
 from __future__ import annotations
 
 import hashlib
+import math
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from .config import EdgesConfig
-from .graph import ContextGraph, EdgeType, MemoryEdge, MemoryNode
+from .graph import ContextGraph, EdgeType, Embedding, FloatArray, MemoryEdge, MemoryNode
 from .text import cosine
 
 __all__ = ["DOC_REF_KEYS", "EdgeBuilder", "archive", "extract_doc_refs", "same_owner", "text_hash"]
@@ -105,11 +114,15 @@ class EdgeBuilder:
         Session key `(run_id or agent_id or "", user_id or "")` -> (last memory id, its time).
     holders : dict
         Document ref -> ids of the memories that carried it, in first-seen order.
+
+    It also keeps the stored embeddings as matrix rows for TOPIC_SIMILAR, a cache only:
+    it is checked against `graph.embeddings` on every call and rebuilt when they differ.
     """
 
     def __init__(self) -> None:
         self.sessions: dict[SessionKey, tuple[str, datetime]] = {}
         self.holders: dict[str, list[str]] = {}
+        self._rows = _EmbeddingRows()
 
     # ---- hooks ---------------------------------------------------------------------
     def on_memory_created(
@@ -153,7 +166,7 @@ class EdgeBuilder:
                                       _TEMPORAL_NEXT_WEIGHT, now,
                                       metadata={"session_key": f"{key[0]}::{key[1]}"}))
         written += self._document_links(graph, cfg, memory_id, text, metadata, now)
-        written += _topic_links(graph, cfg, memory_id, embedding, now)
+        written += _topic_links(graph, cfg, memory_id, embedding, now, self._rows)
         if run_id or agent_id or user_id:
             self.sessions[key] = (memory_id, now)
         return written
@@ -183,7 +196,7 @@ class EdgeBuilder:
         _upsert_node(graph, memory_id, text, user_id=user_id, agent_id=agent_id,
                      run_id=run_id, metadata=metadata, embedding=embedding, now=now,
                      tenant_id=tenant_id, sub_tenant_id=sub_tenant_id)
-        written = _topic_links(graph, cfg, memory_id, embedding, now)
+        written = _topic_links(graph, cfg, memory_id, embedding, now, self._rows)
         written += self._document_links(graph, cfg, memory_id, text, metadata, now)
         return written
 
@@ -211,18 +224,14 @@ class EdgeBuilder:
 
 
 def _topic_links(graph: ContextGraph, cfg: EdgesConfig, memory_id: str,
-                 embedding: Sequence[float] | None, now: datetime) -> list[MemoryEdge]:
+                 embedding: Sequence[float] | None, now: datetime,
+                 rows: _EmbeddingRows) -> list[MemoryEdge]:
     """TOPIC_SIMILAR to the most similar same-owner memories, archived ones included."""
     if not cfg.enable_topic_similar or embedding is None or len(embedding) == 0:
         return []
-    mine = graph.embeddings[memory_id]
-    scored: list[tuple[str, float]] = []
-    for other_id, other in graph.embeddings.items():
-        if other_id == memory_id:
-            continue
-        similarity = cosine(mine, other)
-        if similarity >= cfg.topic_min_similarity:
-            scored.append((other_id, similarity))
+    scored = rows.similar(graph.embeddings, memory_id, cfg.topic_min_similarity)
+    if scored is None:  # a query of another length than the rows: one pair at a time
+        scored = _similar_one_by_one(graph.embeddings, memory_id, cfg.topic_min_similarity)
     # Stable: equal similarities keep embedding insertion order.
     scored.sort(key=lambda pair: pair[1], reverse=True)
     node = graph.get(memory_id)
@@ -235,6 +244,159 @@ def _topic_links(graph: ContextGraph, cfg: EdgesConfig, memory_id: str,
     return [_write(graph, memory_id, other_id, EdgeType.TOPIC_SIMILAR, similarity, now,
                    metadata={"similarity": similarity})
             for other_id, similarity in accepted]
+
+
+def _similar_one_by_one(stored: Mapping[str, Embedding], memory_id: str,
+                        threshold: float) -> list[tuple[str, float]]:
+    """(id, cosine) of every other stored embedding with cosine >= threshold, in store order."""
+    mine = stored[memory_id]
+    scored: list[tuple[str, float]] = []
+    for other_id, other in stored.items():
+        if other_id == memory_id:
+            continue
+        similarity = cosine(mine, other)
+        if similarity >= threshold:
+            scored.append((other_id, similarity))
+    return scored
+
+
+# Norms (squared) inside this range keep every product and partial sum of a dot product
+# far from overflow and make underflow negligible, so the rounding bound below holds.
+_SAFE_NORM_SQ = (1e-100, 1e100)
+
+
+def _sequential_dots(rows: FloatArray, query: FloatArray) -> FloatArray:
+    """Each row's dot product with `query`, summed left to right as `text.cosine` does.
+
+    `np.add.accumulate` along a row adds its products one after another (a running sum
+    admits no other order); a BLAS product or `np.dot` may group them differently.
+    """
+    return np.add.accumulate(rows * query, axis=1)[:, -1]
+
+
+class _EmbeddingRows:
+    """The stored embeddings as rows of one matrix, in `graph.embeddings` order.
+
+    A cache: `sync` compares it with the graph's dict (keys, and Embedding objects by
+    identity) and appends the new entries, or starts over when an entry was replaced or
+    removed. The row length is that of the first non-empty vector; a vector of another
+    length is kept as a row of zeros marked `zero`, since its cosine is exactly 0, as with
+    a zero norm.
+
+    `similar` finds the rows whose cosine with one of them reaches a threshold. The cosines
+    compared with the threshold and written as weights must be the library's, summed left
+    to right. A matrix-vector product sums in another order (and may fuse multiply-adds),
+    but any two such sums of the same products differ by at most 2·γ_d·Σ|q_i·v_i|
+    ≤ 2·γ_d·‖q‖·‖v‖, with γ_d = d·u / (1 - d·u) and u = 2^-53. So a row whose fast cosine
+    is below `threshold - margin`, for a margin far above that bound, has an exact cosine
+    below the threshold too and is dropped; every other row gets the exact cosine, which
+    alone decides. The bound needs norms well away from overflow and underflow: rows (or a
+    query) with a squared norm outside `_SAFE_NORM_SQ`, non-finite values included, always
+    get the exact cosine.
+    """
+
+    def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
+        self.ids: list[str] = []
+        self.embeddings: list[Embedding] = []
+        self.position: dict[str, int] = {}
+        self.dim = 0                                      # 0: no non-empty vector yet
+        self.matrix: FloatArray = np.zeros((0, 0))
+        self.root: FloatArray = np.zeros(0)               # sqrt(norm_sq), as cosine takes it
+        self.zero = np.zeros(0, dtype=bool)               # cosine exactly 0.0 (length, norm)
+        self.safe = np.zeros(0, dtype=bool)               # the fast cosine may rule it out
+
+    def sync(self, stored: Mapping[str, Embedding]) -> None:
+        """Match the rows to `stored`: append what is new, start over on any other change."""
+        keys, values = list(stored), list(stored.values())
+        k = len(self.ids)
+        if len(keys) < k or keys[:k] != self.ids or not all(
+                map(operator.is_, self.embeddings, values)):
+            self._clear()
+            k = 0
+        if len(keys) == k:
+            return
+        if not self.dim:
+            self.dim = next((v.vector.size for v in values[k:] if v.vector.size), 0)
+        self._reserve(len(keys))
+        low, high = _SAFE_NORM_SQ
+        for i in range(k, len(keys)):
+            key, embedding = keys[i], values[i]
+            self.ids.append(key)
+            self.embeddings.append(embedding)
+            self.position[key] = i
+            norm_sq = embedding.norm_sq
+            fits = embedding.vector.size == self.dim
+            self.matrix[i] = embedding.vector if fits else 0.0
+            self.root[i] = math.sqrt(norm_sq)
+            self.zero[i] = not fits or norm_sq == 0.0
+            self.safe[i] = fits and low <= norm_sq <= high
+
+    def _reserve(self, rows: int) -> None:
+        """Room for `rows` rows of `dim` values; the capacity at least doubles."""
+        capacity, width = self.matrix.shape
+        if rows <= capacity and width == self.dim:
+            return
+        capacity = max(rows, 2 * capacity, 64)
+        k = len(self.ids)
+        matrix = np.zeros((capacity, self.dim))
+        if width == self.dim:   # else every row so far is empty, so zeros already
+            matrix[:k] = self.matrix[:k]
+        self.matrix = matrix
+        columns = []
+        for column in (self.root, self.zero, self.safe):
+            grown = np.zeros(capacity, dtype=column.dtype)
+            grown[:k] = column[:k]
+            columns.append(grown)
+        self.root, self.zero, self.safe = columns
+
+    def similar(self, stored: Mapping[str, Embedding], memory_id: str,
+                threshold: float) -> list[tuple[str, float]] | None:
+        """`_similar_one_by_one(stored, memory_id, threshold)`, bit for bit, or None.
+
+        None when the query's length is not the rows' length: the caller then takes one
+        pair at a time. (A denominator never underflows to 0, where the library's cosine
+        would raise: a positive squared norm is at least 2^-1074, whose root is 2^-537.)
+        """
+        self.sync(stored)
+        n = len(self.ids)
+        me = self.position[memory_id]
+        query = self.embeddings[me]
+        if query.vector.size != self.dim:
+            return None
+        zero_passes = threshold <= 0.0
+        if query.norm_sq == 0.0:    # every cosine is 0.0
+            return [(other, 0.0) for other in self.ids if other != memory_id] if zero_passes \
+                else []
+        root = math.sqrt(query.norm_sq)
+        low, high = _SAFE_NORM_SQ
+        with np.errstate(all="ignore"):
+            if low <= query.norm_sq <= high:
+                # The two cosines differ by at most 2·γ_d plus two roundings of the
+                # division (same denominator), under 8·d·u for any d < 2^50: 6e-14 at
+                # d = 256. The 1e-9 covers rounding `threshold - margin` and underflow.
+                margin = 1e-9 + 8.0 * self.dim * 2.0**-53
+                fast = (self.matrix[:n] @ query.vector) / (root * self.root[:n])
+                maybe = ~(self.zero[:n] | (self.safe[:n] & (fast < threshold - margin)))
+            else:
+                maybe = ~self.zero[:n]
+            maybe[me] = False
+            rows = np.flatnonzero(maybe)
+            cosines = _sequential_dots(self.matrix[rows], query.vector) / (root * self.root[rows])
+        passing = cosines >= threshold
+        if not zero_passes:
+            return list(zip([self.ids[i] for i in rows[passing]], cosines[passing].tolist(),
+                            strict=True))
+        # The zero rows pass too (a 0 threshold): merge them in, in row order.
+        values = np.zeros(n)
+        values[rows] = cosines
+        keep = self.zero[:n].copy()
+        keep[rows[passing]] = True
+        keep[me] = False
+        found = np.flatnonzero(keep)
+        return list(zip([self.ids[i] for i in found], values[found].tolist(), strict=True))
 
 
 def _write(graph: ContextGraph, src: str, dst: str, edge_type: EdgeType, weight: float,

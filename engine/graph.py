@@ -3,6 +3,10 @@
 Adjacency mirrors a networkx MultiDiGraph with one edge per (src, dst, type): plain
 insertion-ordered dicts, so neighbour order, storage order and the effect of removing and
 re-adding an edge are the library's. Ties in BFS and PPR follow that order.
+
+Beside the dicts the graph keeps every edge as a row with the positions of its ends
+(`edge_table`), so a pass that does not depend on order, such as decay, reads arrays
+instead of walking the dicts.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+PositionArray = npt.NDArray[np.intp]
+BoolArray = npt.NDArray[np.bool_]
 
 
 class EdgeType(enum.StrEnum):
@@ -92,6 +98,23 @@ def sequential_sum(values: FloatArray) -> float:
     return float(np.add.accumulate(values)[-1])
 
 
+@dataclass(frozen=True, slots=True)
+class EdgeTable:
+    """Every edge once, in the order the keys were added (not storage order).
+
+    edges : the stored edges (the live objects: weights are read from them).
+    src, dst : ndarray, shape (n_edges,)
+        Position of `edge.src` / `edge.dst` in `ContextGraph.nodes` (insertion order).
+    sticky : ndarray, shape (n_edges,)
+        Whether the edge's type is in `STICKY_EDGE_TYPES`.
+    """
+
+    edges: list[MemoryEdge]
+    src: PositionArray
+    dst: PositionArray
+    sticky: BoolArray
+
+
 _Adjacency = dict[str, dict[str, dict[EdgeType, MemoryEdge]]]
 EdgeKey = tuple[str, str, str]
 # `ContextGraph.adjacent`: the nodes at the other ends, the edges, their keys (parallel).
@@ -115,10 +138,21 @@ class ContextGraph:
         self._peak: int | None = None
         self._adjacent: dict[str, Adjacent] = {}
         self._adjacent_version = -1
+        # `edge_table`'s rows, kept as edges come and go: a removed edge leaves None
+        # until the next `edge_table` call compacts the rows.
+        self._position: dict[str, int] = {}       # node id -> its index in `nodes`
+        self._rows: list[MemoryEdge | None] = []
+        self._row_of: dict[tuple[str, str, EdgeType], int] = {}
+        self._row_src: list[int] = []
+        self._row_dst: list[int] = []
+        self._row_sticky: list[bool] = []
+        self._removed_rows = 0
+        self._table: EdgeTable | None = None
 
     # ---- nodes ---------------------------------------------------------------------
     def _ensure(self, node_id: str) -> None:
         if node_id not in self.nodes:
+            self._position[node_id] = len(self.nodes)
             self.nodes[node_id] = None
             self._succ[node_id] = {}
             self._pred[node_id] = {}
@@ -176,6 +210,12 @@ class ContextGraph:
         self._ensure(edge.dst)
         self._succ[edge.src].setdefault(edge.dst, {})[edge.type] = edge
         self._pred[edge.dst].setdefault(edge.src, {})[edge.type] = edge
+        self._row_of[(edge.src, edge.dst, edge.type)] = len(self._rows)
+        self._rows.append(edge)
+        self._row_src.append(self._position[edge.src])
+        self._row_dst.append(self._position[edge.dst])
+        self._row_sticky.append(edge.type in STICKY_EDGE_TYPES)
+        self._table = None
         self.changed()
         return edge
 
@@ -189,6 +229,11 @@ class ContextGraph:
         if not by_type:
             del self._succ[edge.src][edge.dst]
             del self._pred[edge.dst][edge.src]
+        self._rows[self._row_of.pop((edge.src, edge.dst, edge.type))] = None
+        self._removed_rows += 1
+        self._table = None
+        if self._removed_rows > max(1024, len(self._row_of)):
+            self._compact_rows()
         self.changed()
 
     def edges(self) -> Iterator[MemoryEdge]:
@@ -196,6 +241,34 @@ class ContextGraph:
         for targets in self._succ.values():
             for by_type in targets.values():
                 yield from by_type.values()
+
+    def edge_table(self) -> EdgeTable:
+        """Every edge with the positions of its ends, cached until an edge is added or removed.
+
+        The order is the order the keys were added, so use it only where order does not
+        matter; `edges()` gives storage order.
+        """
+        if self._table is None:
+            self._compact_rows()
+            self._table = EdgeTable(
+                edges=cast(list[MemoryEdge], list(self._rows)),  # compacted: no None
+                src=np.array(self._row_src, dtype=np.intp),
+                dst=np.array(self._row_dst, dtype=np.intp),
+                sticky=np.array(self._row_sticky, dtype=bool))
+        return self._table
+
+    def _compact_rows(self) -> None:
+        """Drop the rows of removed edges, keeping the others in order."""
+        if not self._removed_rows:
+            return
+        kept = [i for i, edge in enumerate(self._rows) if edge is not None]
+        renumber = dict(zip(kept, range(len(kept)), strict=True))
+        self._row_of = {key: renumber[row] for key, row in self._row_of.items()}
+        self._rows = [self._rows[i] for i in kept]
+        self._row_src = [self._row_src[i] for i in kept]
+        self._row_dst = [self._row_dst[i] for i in kept]
+        self._row_sticky = [self._row_sticky[i] for i in kept]
+        self._removed_rows = 0
 
     def incident(self, node_id: str) -> Iterator[MemoryEdge]:
         """Outgoing then incoming edges of a node (a self loop appears in both)."""

@@ -6,26 +6,50 @@ each stage and the peak resident memory of the process (generation included). Th
 
 `generate` builds the dataset with NumPy and Polars only (no Python loop over rows) and
 fills every column of every table, nulls included, so it doubles as a round-trip fixture.
+
+Then the LoCoMo side (`--locomo-searches N`, 0 skips it), timed side by side with the
+engine's former pure-Python TOPIC_SIMILAR cosines and decay tick (verbatim copies below,
+patched in for the "before" runs): `msprlab ingest locomo` (`build_locomo`: its edge
+synthesis stage and the whole build), a simulated log of N searches (`simulate_log`, which
+ticks decay before nearly every search; two runs a side, alternated, the faster shown with
+the median of its ticks), and decay ticks on the whole LoCoMo graph (median of 30, alternated).
+Each pair must give identical outputs ("same"), floats compared bit for bit; the machine is
+shared, so read the ratios, not the absolute times.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import itertools
+import math
 import resource
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from msprlab.datasets.schema import EDGES, EMBEDDINGS, EVENTS, MEMORIES, QRELS, QUERIES, Dataset
 from msprlab.datasets.store import ingest
+from msprlab.engine import decay, edges
+from msprlab.engine.config import DecayConfig, EdgesConfig
+from msprlab.engine.graph import (
+    STICKY_EDGE_TYPES,
+    ContextGraph,
+    EdgeType,
+    MemoryEdge,
+    MemoryNode,
+)
+from msprlab.engine.text import cosine
 
 _WORDS = np.array([f"w{i}" for i in range(2000)])
 _START = np.datetime64(datetime(2024, 1, 1), "us")
@@ -192,11 +216,212 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+# ---- LoCoMo: edge synthesis, simulated log and decay tick, before and after -------------
+# The engine's TOPIC_SIMILAR and decay tick as they were before they read arrays, verbatim
+# but for the argument the new `_topic_links` takes (the builder's embedding rows).
+def _legacy_topic_links(graph: ContextGraph, cfg: EdgesConfig, memory_id: str,
+                        embedding: Sequence[float] | None, now: datetime,
+                        rows: object = None) -> list[MemoryEdge]:
+    if not cfg.enable_topic_similar or embedding is None or len(embedding) == 0:
+        return []
+    mine = graph.embeddings[memory_id]
+    scored: list[tuple[str, float]] = []
+    for other_id, other in graph.embeddings.items():
+        if other_id == memory_id:
+            continue
+        similarity = cosine(mine, other)
+        if similarity >= cfg.topic_min_similarity:
+            scored.append((other_id, similarity))
+    scored.sort(key=lambda pair: pair[1], reverse=True)
+    node = graph.get(memory_id)
+    accepted: list[tuple[str, float]] = []
+    for other_id, similarity in scored:
+        if len(accepted) >= cfg.topic_top_k:
+            break
+        if edges.same_owner(node, graph.get(other_id)):
+            accepted.append((other_id, similarity))
+    return [edges._write(graph, memory_id, other_id, EdgeType.TOPIC_SIMILAR, similarity, now,
+                         metadata={"similarity": similarity})
+            for other_id, similarity in accepted]
+
+
+def _legacy_tick_decay(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> decay.DecayReport:
+    if not cfg.enabled:
+        return decay.DecayReport()
+    lam = math.log(2.0) / (cfg.half_life_days * 24.0)
+    decayed = pruned = archived = 0
+    for edge in list(graph.edges()):
+        if edge.type in STICKY_EDGE_TYPES:
+            continue
+        hours = max(0.0, (now - edge.updated_at).total_seconds() / 3600.0)
+        if hours == 0:
+            continue
+        weight = edge.weight * math.exp(-lam * hours)
+        if weight < cfg.min_edge_weight:
+            graph.remove_edge(edge)
+            pruned += 1
+        elif abs(weight - edge.weight) > 1e-6:
+            edge.weight = weight
+            edge.updated_at = now
+            decayed += 1
+    if cfg.min_node_relevance > 0:
+        for node in list(graph.nodes.values()):
+            if node is None or node.archived:
+                continue
+            live = [e.weight for e in graph.incident(node.id) if e.weight >= cfg.min_edge_weight]
+            max_edge = max(live) if live else 0.0
+            anchor = node.last_accessed_at or node.updated_at
+            recency = math.exp(-lam * max(0.0, (now - anchor).total_seconds() / 3600.0))
+            effective = max(node.relevance_floor, 0.8 * max_edge + 0.2 * recency)
+            node.relevance = max(0.0, min(1.0, effective))
+            if (not live and effective < cfg.min_node_relevance
+                    and node.relevance_floor < cfg.min_node_relevance):
+                node.archived = True
+                archived += 1
+    graph.last_decay_tick = now
+    graph.changed()
+    return decay.DecayReport(decayed, pruned, archived)
+
+
+@contextmanager
+def legacy_engine() -> Iterator[None]:
+    """The former pure-Python TOPIC_SIMILAR and decay tick in place of the current ones."""
+    saved = edges._topic_links, decay.tick_decay
+    edges._topic_links = _legacy_topic_links
+    decay.tick_decay = _legacy_tick_decay
+    try:
+        yield
+    finally:
+        edges._topic_links, decay.tick_decay = saved
+
+
+def _exactly_equal(a: pl.DataFrame, b: pl.DataFrame) -> bool:
+    """Same columns, rows and values; floats bit for bit (so NaN == NaN, 0.0 != -0.0)."""
+    if a.schema != b.schema or a.shape != b.shape:
+        return False
+    floats = [c for c, t in a.schema.items() if t in (pl.Float32, pl.Float64)]
+    bits = [pl.col(c).to_physical().reinterpret(signed=False).alias(c) for c in floats]
+    return a.with_columns(bits).equals(b.with_columns(bits))
+
+
+def _graph_state(graph: ContextGraph) -> list[tuple[Any, ...]]:
+    return ([(e.src, e.dst, e.type.value, e.weight.hex(), e.updated_at) for e in graph.edges()]
+            + [(n.id, n.relevance.hex(), n.archived) for n in graph.nodes.values()
+               if n is not None])
+
+
+def _locomo_graph(ds: Dataset) -> tuple[ContextGraph, datetime]:
+    """Every LoCoMo memory and edge in one graph, the edges stamped an hour before the end."""
+    end = ds.memories["created_at"].max()
+    assert isinstance(end, datetime)
+    graph = ContextGraph()
+    for row in ds.memories.iter_rows(named=True):
+        graph.add_node(MemoryNode(id=row["memory_id"], hash="", created_at=row["created_at"],
+                                  updated_at=row["created_at"], user_id=row["user_id"]))
+    for row in ds.edges.iter_rows(named=True):
+        graph.upsert_edge(MemoryEdge(
+            src=row["src"], dst=row["dst"], type=EdgeType(row["type"]), weight=row["weight"],
+            created_at=row["created_at"], updated_at=end - timedelta(hours=1)))
+    return graph, end
+
+
+def _ratio(label: str, before: float, after: float, unit: str, same: bool) -> None:
+    print(f"  {label:<34} before {before:9.2f} {unit:<9} after {after:9.2f} {unit:<9} "
+          f"x{before / after:6.1f}   {'same' if same else 'DIFFERENT'}")
+
+
+def bench_locomo(n_searches: int, n_ticks: int = 30) -> bool:
+    """LoCoMo ingest, simulated log and decay tick, before vs after; True when all agree."""
+    from msprlab.datasets.build import LocomoBuild, LogSpec, build_locomo
+    from msprlab.datasets.embed import TfidfSvdEmbedder
+
+    def build() -> tuple[LocomoBuild, float, float]:
+        marks: dict[str, float] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            marks[stage.split(" (")[0]] = time.perf_counter()
+
+        started = time.perf_counter()
+        built = build_locomo(TfidfSvdEmbedder(), progress=progress)
+        ended = time.perf_counter()
+        return built, marks["anomalies"] - marks["edge synthesis"], ended - started
+
+    print("LoCoMo, the former pure-Python engine paths (before) vs the current ones (after):")
+    with legacy_engine():
+        old, old_edges, old_total = build()
+    new, new_edges, new_total = build()
+    same = agree = _exactly_equal(old.dataset.edges, new.dataset.edges)
+    _ratio("ingest locomo: edge synthesis", old_edges, new_edges, "s", same)
+    _ratio("ingest locomo: whole build", old_total, new_total, "s", same)
+
+    ds = new.dataset
+    vectors = new.embedder.embed(ds.queries["text"].to_list())
+    spec = LogSpec(n_searches=n_searches)
+
+    def simulate() -> tuple[pl.DataFrame, float, list[float]]:
+        """The log, the seconds it took, and the seconds of each decay tick in it."""
+        ticks: list[float] = []
+        tick = decay.tick_decay
+
+        def timed(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> decay.DecayReport:
+            started = time.perf_counter()
+            try:
+                return tick(graph, cfg, now)
+            finally:
+                ticks.append(time.perf_counter() - started)
+
+        decay.tick_decay = timed
+        try:
+            started = time.perf_counter()
+            events = spec.simulate(ds, seed=0, query_vectors=vectors).events
+            return events, time.perf_counter() - started, ticks
+        finally:
+            decay.tick_decay = tick
+
+    logs: dict[str, list[tuple[pl.DataFrame, float, list[float]]]] = {"before": [], "after": []}
+    for name in ("before", "after", "after", "before"):   # alternate: fair noise
+        if name == "before":
+            with legacy_engine():
+                logs[name].append(simulate())
+        else:
+            logs[name].append(simulate())
+    (old_events, old_s, old_ticks), (_, new_s, new_ticks) = (
+        min(logs[name], key=lambda run: run[1]) for name in ("before", "after"))
+    same = all(_exactly_equal(old_events, run[0]) for runs in logs.values() for run in runs)
+    agree = agree and same
+    _ratio(f"simulate_log, {n_searches} searches", 1e3 * old_s / n_searches,
+           1e3 * new_s / n_searches, "ms/search", same)
+    print(f"  {'':<34} ({n_searches / old_s:.1f} -> {n_searches / new_s:.1f} searches/s)")
+    _ratio(f"  its {len(new_ticks)} decay ticks", 1e3 * statistics.median(old_ticks),
+           1e3 * statistics.median(new_ticks), "ms", same)
+
+    graph, end = _locomo_graph(ds)
+    runs: dict[str, tuple[ContextGraph, Callable[..., object], list[float]]] = {
+        "before": (copy.deepcopy(graph), _legacy_tick_decay, []),
+        "after": (copy.deepcopy(graph), decay.tick_decay, [])}
+    cfg = DecayConfig()
+    for k in range(1, n_ticks + 1):
+        order = ("before", "after") if k % 2 else ("after", "before")  # alternate: fair noise
+        for name in order:
+            state, tick, times = runs[name]
+            started = time.perf_counter()
+            tick(state, cfg, end + timedelta(hours=k))
+            times.append(time.perf_counter() - started)
+    same = _graph_state(runs["before"][0]) == _graph_state(runs["after"][0])
+    edges_left = sum(1 for _ in runs["after"][0].edges())
+    _ratio(f"decay tick ({len(graph.nodes)} nodes, {edges_left} edges)",
+           1e3 * statistics.median(runs["before"][2]), 1e3 * statistics.median(runs["after"][2]),
+           "ms", same)
+    return same and agree
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keep", type=Path, default=None, metavar="PATH",
                         help="write the store here instead of a temp folder")
+    parser.add_argument("--locomo-searches", type=int, default=500, metavar="N",
+                        help="searches in the LoCoMo before/after run (0 skips it)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     ds = generate(n_events=args.events)
@@ -217,7 +442,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {stage:<11} {until - at:7.2f} s")
     print(f"validate+ingest: {report.seconds:.2f} s (target < 60 s); store {size_mb:.0f} MiB")
     print(f"total {ended - started:.2f} s; peak RSS {_peak_rss_mb():.0f} MiB (target < 2048 MiB)")
-    return 0 if report.seconds < 60 and _peak_rss_mb() < 2048 else 1
+    ok = report.seconds < 60 and _peak_rss_mb() < 2048
+    if args.locomo_searches > 0:
+        ok = bench_locomo(args.locomo_searches) and ok
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

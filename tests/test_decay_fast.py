@@ -1,0 +1,288 @@
+"""The decay tick on arrays (engine/decay.py) against the library's loop, bit for bit.
+
+`oracle_tick` is MSPR.md section 5.1 written as the library writes it, one edge and one
+node at a time. Random graphs (bare and archived nodes, sticky and parallel edges, self
+loops, floors, weights on the pruning line, Δh = 0, future times) go through several ticks
+with changes in between; after every tick the report, every edge in storage order and
+every node must match, floats by their bits. Inputs the arrays leave to the loop (int
+weights, aware times, a node stored under another id, spans beyond 2^53 µs) must match
+too, exceptions included. `ContextGraph.edge_table` is checked against `edges()`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from msprlab.engine.config import DecayConfig
+from msprlab.engine.decay import DecayReport, bump_relevance, tick_decay
+from msprlab.engine.graph import (
+    STICKY_EDGE_TYPES,
+    ContextGraph,
+    EdgeType,
+    MemoryEdge,
+    MemoryNode,
+)
+
+T = datetime(2026, 1, 1)
+
+
+def oracle_tick(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> DecayReport:
+    """MSPR.md 5.1, one edge and one node at a time."""
+    if not cfg.enabled:
+        return DecayReport()
+
+    def hours(then: datetime) -> float:
+        return max(0.0, (now - then).total_seconds() / 3600.0)
+
+    lam = math.log(2.0) / (cfg.half_life_days * 24.0)
+    decayed = pruned = archived = 0
+    for edge in list(graph.edges()):
+        if edge.type in STICKY_EDGE_TYPES:
+            continue
+        h = hours(edge.updated_at)
+        if h == 0:
+            continue
+        weight = edge.weight * math.exp(-lam * h)
+        if weight < cfg.min_edge_weight:
+            graph.remove_edge(edge)
+            pruned += 1
+        elif abs(weight - edge.weight) > 1e-6:
+            edge.weight = weight
+            edge.updated_at = now
+            decayed += 1
+    if cfg.min_node_relevance > 0:
+        for node in list(graph.nodes.values()):
+            if node is None or node.archived:
+                continue
+            live = [e.weight for e in graph.incident(node.id) if e.weight >= cfg.min_edge_weight]
+            max_edge = max(live) if live else 0.0
+            recency = math.exp(-lam * hours(node.last_accessed_at or node.updated_at))
+            effective = max(node.relevance_floor, 0.8 * max_edge + 0.2 * recency)
+            node.relevance = max(0.0, min(1.0, effective))
+            if (not live and effective < cfg.min_node_relevance
+                    and node.relevance_floor < cfg.min_node_relevance):
+                node.archived = True
+                archived += 1
+    graph.last_decay_tick = now
+    graph.changed()
+    return DecayReport(decayed, pruned, archived)
+
+
+def bits(x: object) -> str:
+    return f"{type(x).__name__}:{x.hex() if isinstance(x, float) else x!r}"
+
+
+def state(graph: ContextGraph) -> list[Any]:
+    """Everything a tick may change, floats as their bits, in storage and node order."""
+    edges = [(e.src, e.dst, e.type.value, bits(e.weight), e.updated_at) for e in graph.edges()]
+    nodes = [(key, None if n is None else (n.id, bits(n.relevance), n.archived))
+             for key, n in graph.nodes.items()]
+    return [edges, nodes, graph.last_decay_tick, graph.version,
+            [(n, [(e.src, e.dst, e.type.value) for e in graph.incident(n)]) for n in graph.nodes]]
+
+
+def tick_both(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> ContextGraph:
+    """Tick a copy with the oracle and `graph` itself; require the same outcome."""
+    expected = copy.deepcopy(graph)
+    want: DecayReport | BaseException
+    try:
+        want = oracle_tick(expected, cfg, now)
+    except Exception as exc:  # the arrays must raise the same, at the same point
+        want = exc
+    got: DecayReport | BaseException
+    try:
+        got = tick_decay(graph, cfg, now)
+    except Exception as exc:
+        got = exc
+    if isinstance(want, BaseException):
+        assert type(got) is type(want) and str(got) == str(want)
+    else:
+        assert got == want
+    assert state(graph) == state(expected)
+    return graph
+
+
+# --- random graphs -----------------------------------------------------------------
+TYPES = list(EdgeType)
+WEIGHTS = [0.0, 0.05, 0.0500001, 0.049999, 1.0, 0.6, 1e-7, math.nan, math.inf]
+
+
+def random_time(rng: random.Random, now: datetime, shared: list[datetime]) -> datetime:
+    r = rng.random()
+    if r < 0.15:
+        return now                                      # Δh = 0
+    if r < 0.25:
+        return now + timedelta(hours=rng.uniform(0, 50))  # the future: Δh = 0 too
+    if r < 0.55 and shared:
+        return rng.choice(shared)                       # times shared by many
+    return now - timedelta(microseconds=rng.randrange(1, 10**13))
+
+
+def random_weight(rng: random.Random) -> float:
+    return rng.choice(WEIGHTS) if rng.random() < 0.25 else rng.random()
+
+
+def add_random_edge(rng: random.Random, graph: ContextGraph, ids: list[str], now: datetime,
+                    shared: list[datetime]) -> None:
+    src = rng.choice(ids)
+    dst = src if rng.random() < 0.05 else rng.choice(ids)
+    when = random_time(rng, now, shared)
+    graph.upsert_edge(MemoryEdge(src=src, dst=dst, type=rng.choice(TYPES),
+                                 weight=random_weight(rng), created_at=when, updated_at=when))
+
+
+def random_graph(rng: random.Random, now: datetime) -> tuple[ContextGraph, list[str]]:
+    graph = ContextGraph()
+    shared = [now - timedelta(hours=rng.uniform(0, 3000)) for _ in range(4)]
+    ids = [f"m{i}" for i in range(rng.randrange(1, 60))]
+    for memory_id in ids:
+        if rng.random() < 0.1:
+            continue                                    # a bare node once an edge names it
+        updated = random_time(rng, now, shared)
+        graph.add_node(MemoryNode(
+            id=memory_id, hash="", created_at=updated, updated_at=updated,
+            archived=rng.random() < 0.1,
+            relevance_floor=rng.choice([0.0, 0.0, 0.01, 0.02, 0.3, 1.0, math.nan]),
+            last_accessed_at=random_time(rng, now, shared) if rng.random() < 0.4 else None))
+    for _ in range(rng.randrange(0, 4 * len(ids))):
+        add_random_edge(rng, graph, ids, now, shared)
+    return graph, ids
+
+
+def random_change(rng: random.Random, graph: ContextGraph, ids: list[str], now: datetime) -> None:
+    """What searches, feedback and ingest do between ticks, and one thing they do not."""
+    r = rng.random()
+    edges = list(graph.edges())
+    if r < 0.3:
+        graph.record_access(rng.choice(ids), now)
+    elif r < 0.45:
+        bump_relevance(graph, rng.choice(ids), rng.uniform(-0.3, 0.3), set_floor=True)
+    elif r < 0.6:
+        add_random_edge(rng, graph, ids, now, [])
+    elif r < 0.7 and edges:
+        graph.remove_edge(rng.choice(edges))
+    elif r < 0.8 and edges:
+        e = rng.choice(edges)                           # overwrite an existing key
+        graph.upsert_edge(MemoryEdge(src=e.src, dst=e.dst, type=e.type,
+                                     weight=random_weight(rng), created_at=now, updated_at=now))
+    elif r < 0.9 and edges:
+        rng.choice(edges).updated_at = now - timedelta(hours=rng.uniform(0, 500))
+    else:
+        new_id = f"n{len(graph.nodes)}"
+        ids.append(new_id)
+        graph.add_node(MemoryNode(id=new_id, hash="", created_at=now, updated_at=now))
+
+
+CONFIGS = [DecayConfig(), DecayConfig(min_node_relevance=0.0),
+           DecayConfig(half_life_days=0.01, min_edge_weight=0.3, min_node_relevance=0.5),
+           DecayConfig(half_life_days=math.inf), DecayConfig(half_life_days=1e6),
+           DecayConfig(min_edge_weight=0.0, min_node_relevance=1.0),
+           DecayConfig(enabled=False)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_graphs_tick_like_the_loop(seed: int) -> None:
+    rng = random.Random(seed)
+    now = T
+    graph, ids = random_graph(rng, now)
+    cfg = CONFIGS[seed % len(CONFIGS)]
+    for _ in range(6):
+        now += timedelta(hours=rng.choice([0.0, 1.0, 1.5, 24.0, 2000.0]),
+                         microseconds=rng.randrange(0, 10))
+        tick_both(graph, cfg, now)
+        for _ in range(rng.randrange(0, 8)):
+            random_change(rng, graph, ids, now)
+
+
+# --- what the arrays leave to the loop ---------------------------------------------
+def small_graph(tz: timezone | None = None) -> ContextGraph:
+    graph = ContextGraph()
+    t0 = T.replace(tzinfo=tz)
+    for i, hours in enumerate([1.0, 30.0, 900.0]):
+        graph.add_node(MemoryNode(id=f"m{i}", hash="", created_at=t0,
+                                  updated_at=t0 - timedelta(hours=hours)))
+    for src, dst, weight in (("m0", "m1", 0.9), ("m1", "m2", 0.06), ("m2", "m2", 0.5)):
+        graph.upsert_edge(MemoryEdge(src=src, dst=dst, type=EdgeType.TEMPORAL_NEXT,
+                                     weight=weight, created_at=t0,
+                                     updated_at=t0 - timedelta(hours=5)))
+    return graph
+
+
+def node(graph: ContextGraph, memory_id: str) -> MemoryNode:
+    found = graph.get(memory_id)
+    assert found is not None
+    return found
+
+
+def test_an_int_weight_or_floor_goes_through_the_loop() -> None:
+    graph = small_graph()
+    next(iter(graph.edges())).weight = 1           # stays an int where the loop keeps it
+    node(graph, "m0").relevance_floor = 0
+    tick_both(graph, DecayConfig(), T + timedelta(hours=2))
+
+
+def test_aware_times_tick_like_the_loop() -> None:
+    tick_both(small_graph(UTC), DecayConfig(), T.replace(tzinfo=UTC) + timedelta(hours=2))
+
+
+@pytest.mark.parametrize("where", ["edge", "node"])
+def test_mixing_naive_and_aware_raises_where_the_loop_raises(where: str) -> None:
+    graph = small_graph()
+    if where == "edge":   # the second edge: the loop has already decayed the first
+        list(graph.edges())[1].updated_at = T.replace(tzinfo=UTC)
+    else:
+        node(graph, "m2").last_accessed_at = T.replace(tzinfo=UTC)
+    with pytest.raises(TypeError):
+        oracle_tick(copy.deepcopy(graph), DecayConfig(), T + timedelta(hours=2))
+    tick_both(graph, DecayConfig(), T + timedelta(hours=2))
+
+
+def test_a_node_under_another_id_reads_the_edges_of_its_own_id() -> None:
+    graph = small_graph()
+    node(graph, "m0").id = "m2"
+    tick_both(graph, DecayConfig(), T + timedelta(hours=2))
+
+
+def test_times_centuries_apart() -> None:
+    graph = small_graph()
+    node(graph, "m1").last_accessed_at = datetime(1700, 1, 1)   # 2^53 µs is 285 years
+    tick_both(graph, DecayConfig(min_node_relevance=1e-300), T + timedelta(hours=2))
+
+
+# --- ContextGraph.edge_table -------------------------------------------------------
+@pytest.mark.parametrize("seed", range(10))
+def test_edge_table_lists_every_edge_once_with_its_end_positions(seed: int) -> None:
+    rng = random.Random(seed)
+    graph, ids = random_graph(rng, T)
+    for _ in range(60):
+        random_change(rng, graph, ids, T)
+        if rng.random() < 0.3:
+            table = graph.edge_table()
+            assert sorted(map(id, table.edges)) == sorted(map(id, graph.edges()))
+            position = {key: i for i, key in enumerate(graph.nodes)}
+            assert table.src.tolist() == [position[e.src] for e in table.edges]
+            assert table.dst.tolist() == [position[e.dst] for e in table.edges]
+            assert table.sticky.tolist() == [e.type in STICKY_EDGE_TYPES for e in table.edges]
+            assert graph.edge_table() is table          # cached until an edge comes or goes
+
+
+def test_edge_table_after_many_removals() -> None:
+    """Removed rows are compacted away, on their own once they outnumber the live ones."""
+    graph = ContextGraph()
+    made = [graph.upsert_edge(MemoryEdge(src=f"a{i % 50}", dst=f"b{i}", type=EdgeType.REPLY_TO,
+                                         weight=1.0, created_at=T, updated_at=T))
+            for i in range(3000)]
+    for edge in made[:2900]:
+        graph.remove_edge(edge)
+    assert len(graph._rows) < 3000                      # compacted without a table call
+    table = graph.edge_table()
+    assert [e.dst for e in table.edges] == [e.dst for e in made[2900:]]
+    assert table.src.tolist() == [list(graph.nodes).index(e.src) for e in table.edges]
+    graph.upsert_edge(made[0])                          # a removed key comes back last
+    assert graph.edge_table().edges[-1] is made[0]
