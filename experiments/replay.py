@@ -46,8 +46,10 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
+from msprlab.datasets.dense_index import DenseIndex
 from msprlab.datasets.schema import Dataset
 from msprlab.datasets.timeline import (
+    DEFAULT_SEEDS,
     Timeline,
     corpus_of,
     owner_cosine_seeds,
@@ -55,7 +57,14 @@ from msprlab.datasets.timeline import (
     to_datetime,
     unit_rows,
 )
-from msprlab.engine import EngineConfig, SearchError, SearchRequest, new_state, record_feedback
+from msprlab.engine import (
+    EngineConfig,
+    SearchError,
+    SearchRequest,
+    Seed,
+    new_state,
+    record_feedback,
+)
 from msprlab.engine.batch import FEATURES, INTENTS, WEIGHTS, CandidateBlock
 from msprlab.engine.config import IntentConfig, as_dict
 from msprlab.engine.intent import Classifier, Intent, IntentRouter
@@ -207,26 +216,28 @@ def code_digest() -> str:
 
 
 def cache_key(ds: Dataset, config: EngineConfig, frequency: FrequencyMode, *,
-              limit: int | None, policy: RolePolicy | None) -> str:
+              limit: int | None, policy: RolePolicy | None, seeds: str = "exact") -> str:
     spec = {"dataset": ds.digest, "limit": limit,
             "table": table_key(config, frequency, has_policy=policy is not None),
-            "policy": repr(policy), "code": code_digest()}
+            "policy": repr(policy), "code": code_digest(), "seeds": seeds}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def cached_replay(ds: Dataset, config: EngineConfig, cache_dir: Path, *,
                   frequency: FrequencyMode = "logged", limit: int | None = None,
                   policy: RolePolicy | None = None, classifier: Classifier | None = None,
-                  progress: Progress | None = None) -> tuple[CandidateTable, bool]:
+                  progress: Progress | None = None,
+                  seed_index: DenseIndex | None = None) -> tuple[CandidateTable, bool]:
     """`replay`, read from `cache_dir` when this dataset, table key and code were replayed
     before (keyed by `cache_key`); returns the table and whether it came from the cache.
     A run with a custom classifier is never cached (its behaviour is not part of the key)."""
-    key = cache_key(ds, config, frequency, limit=limit, policy=policy)
+    key = cache_key(ds, config, frequency, limit=limit, policy=policy,
+                    seeds="exact" if seed_index is None else "index")
     folder = Path(cache_dir) / key[:24]
     if classifier is None and (folder / "meta.json").is_file():
         return CandidateTable.load(folder), True
     table = replay(ds, config, frequency=frequency, limit=limit, policy=policy,
-                   classifier=classifier, progress=progress)
+                   classifier=classifier, progress=progress, seed_index=seed_index)
     if classifier is None:
         table.save(folder)
     return table, False
@@ -235,7 +246,8 @@ def cached_replay(ds: Dataset, config: EngineConfig, cache_dir: Path, *,
 def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "logged",
            limit: int | None = None, policy: RolePolicy | None = None,
            classifier: Classifier | None = None, progress: Progress | None = None,
-           engine_rankings: bool = False) -> CandidateTable:
+           engine_rankings: bool = False,
+           seed_index: DenseIndex | None = None) -> CandidateTable:
     """Walk `ds.events` through the engine and return the candidate table.
 
     Parameters
@@ -245,6 +257,10 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
     limit : the evaluated search limit; None keeps each logged search's limit.
     policy : the role policy installed in the engine (None: no policy, roles inert).
     classifier : the LLM intent classifier callable, for the "llm"/"hybrid" strategies.
+    seed_index : a dense index (`datasets.dense_index.QdrantIndex`: Qdrant local or a
+        server) answering the seed search with the owner-scope filters, instead of the exact
+        cosine. Qdrant scores in float32, so dense values (and near-ties) can differ from
+        the logging run's in the last digits.
     engine_rankings : also run the sequential engine with `config`'s own weights and keep
         its ranking per search (`searches.engine`): the reference the batch scorer must
         reproduce (tests and `msprlab replay --check`); in `logged` mode it doubles the cost.
@@ -304,7 +320,9 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
             for _, tl in states:
                 tl.advance(ts)
             if q is not None:
-                seeds = owner_cosine_seeds(corpus, timeline, q, vectors[q])
+                seeds = (owner_cosine_seeds(corpus, timeline, q, vectors[q])
+                         if seed_index is None else
+                         index_seeds(seed_index, corpus, timeline, q, vectors[q]))
             request = SearchRequest(
                 query=text, seeds=seeds, user_id=user, agent_id=agent, run_id=run_id,
                 filters=json.loads(filters) if filters and filters != "{}" else None,
@@ -342,7 +360,9 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
     if progress is not None:
         progress(total, total)
     meta = {"dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest},
-            "frequency": frequency, "feedback_policy": FEEDBACK_POLICY, "seeds": seeds_from,
+            "frequency": frequency, "feedback_policy": FEEDBACK_POLICY,
+            "seeds": seeds_from + ("" if seed_index is None else
+                                   f"; searched in {type(seed_index).__name__} (float32)"),
             "limit": limit, "policy": repr(policy),
             "table_key": table_key(config, frequency, has_policy=policy is not None),
             "weights_bound": frequency == "closed_loop",
@@ -363,6 +383,23 @@ def _visible(state: Any, candidates: list[Any], ctx: Any) -> list[bool]:
     full = [seed_payload(c.id, state.payloads.get(c.id, {}), None) for c in candidates]
     allowed = {e["id"] for e in apply_role_policy(full, AUDIT_POLICY, ctx, hard_filter=True)}
     return [c.id in allowed for c in candidates]
+
+
+def index_seeds(index: DenseIndex, corpus: Any, timeline: Timeline, q: int,
+                vector: np.ndarray) -> list[Seed]:
+    """The top `DEFAULT_SEEDS` of the owner's memories that exist now, from the index.
+
+    The index holds every memory; it is asked for as many more as the scope has memories
+    not (or no longer) in the vector store at this time, and those are dropped."""
+    rows = corpus.scope_rows[q]
+    pending = int((~timeline.seedable[rows]).sum())
+    if rows.size == pending:
+        return []
+    owner = {k: v for k, v in zip(("user_id", "agent_id", "run_id"), corpus.owners[q],
+                                  strict=True) if v is not None}
+    live = {corpus.memory_ids[r] for r in rows[timeline.seedable[rows]]}
+    hits = index.search(vector, DEFAULT_SEEDS + pending, filters=owner)
+    return [Seed(m, s) for m, s in hits if m in live][:DEFAULT_SEEDS]
 
 
 def vectors_as_tuples(vectors: np.ndarray, q: int) -> tuple[float, ...]:

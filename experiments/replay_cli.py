@@ -74,6 +74,20 @@ def _policy(name: str, config: EngineConfig) -> RolePolicy | None:
     return policy
 
 
+def _seed_index(args: argparse.Namespace, ds: Any) -> Any:
+    """None for exact seeds; else the store's Qdrant local index (built beside the store
+    when missing or stale), or a Qdrant server at --qdrant-url."""
+    if args.seeds == "exact":
+        return None
+    from msprlab.datasets.dense_index import QdrantIndex
+    from msprlab.datasets.sidecars import index_path, write_local_index
+    dim = len(ds.embeddings["vector"][0])
+    if args.qdrant_url:
+        return QdrantIndex(dim=dim, url=args.qdrant_url)
+    write_local_index(ds, args.store)  # a no-op when it already indexes this digest
+    return QdrantIndex(dim=dim, path=index_path(args.store))
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     console = Console()
     try:
@@ -98,15 +112,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, total=total)
 
         try:
+            index = _seed_index(args, ds)
             if args.check:
                 table, cached = replay(ds, config, frequency=args.frequency, limit=args.limit,
-                                       policy=policy, progress=report,
-                                       engine_rankings=True), False
+                                       policy=policy, progress=report, engine_rankings=True,
+                                       seed_index=index), False
             else:
                 cache = args.cache or args.store.with_name(args.store.name + ".cache")
                 table, cached = cached_replay(ds, config, cache, frequency=args.frequency,
                                               limit=args.limit, policy=policy,
-                                              progress=report)
+                                              progress=report, seed_index=index)
         except ValueError as exc:
             console.print(f"[red]error:[/red] {exc}", highlight=False)
             return EXIT_BAD_INPUT
@@ -181,6 +196,13 @@ def add_replay_command(commands: Any) -> None:
                         help="evaluated search limit (default: each logged search's)")
     parser.add_argument("--policy", choices=POLICY_NAMES, default="none",
                         help="role policy installed in the engine (needs mspr.role.enabled)")
+    parser.add_argument("--seeds", choices=("exact", "qdrant"), default="exact",
+                        help="exact: owner-scoped cosine in NumPy (what the simulated logs "
+                             "used); qdrant: the store's Qdrant local index (STORE.qdrant, "
+                             "built when missing) or --qdrant-url, with owner filters "
+                             "(float32 scores)")
+    parser.add_argument("--qdrant-url", default=None,
+                        help="a Qdrant server holding the store's vectors (with --seeds qdrant)")
     parser.add_argument("--cache", type=Path, default=None,
                         help="cache folder (default: STORE.cache beside the store)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",

@@ -136,3 +136,19 @@ def test_bad_input_is_refused_with_a_reason() -> None:
     with pytest.raises(ValueError, match="frequency must be one of"):
         replay(log, FULL, frequency="sometimes")  # type: ignore[arg-type]
     assert isinstance(world(1)[1], CandidateTable)
+
+
+def test_qdrant_seeds_match_the_exact_seeds() -> None:
+    """Seeds from a Qdrant index (owner filters, memories not yet added dropped) are the
+    exact seeds up to float32 scores."""
+    from msprlab.datasets.sidecars import memory_index
+    log, table = world(1)
+    with memory_index(log) as index:
+        qdrant = replay(log, FULL, policy=StripedPolicy(), seed_index=index)
+    assert "QdrantIndex" in qdrant.meta["seeds"]
+    exact = table.candidates.filter(pl.col("was_seed")).select("search", "memory_id", "dense")
+    found = qdrant.candidates.filter(pl.col("was_seed")).select("search", "memory_id", "dense")
+    joined = exact.join(found, on=["search", "memory_id"], how="full", suffix=":q")
+    same = joined.filter(pl.col("dense").is_not_null() & pl.col("dense:q").is_not_null())
+    assert same.height >= 0.95 * exact.height  # near-ties may swap at the 10th seed
+    assert (same["dense"] - same["dense:q"]).abs().max() < 1e-6
