@@ -1,0 +1,601 @@
+"""Tune the six ranking weights with Optuna on a prepared `Scorer` (EVALUATION.md, "Optuna 5").
+
+A trial maps Optuna's suggestions to an `Arm` (the searched weights from the trial, the
+others from the base arm), scores it on the train scorer with one vectorised
+`Scorer.values` call, and returns the mean of each `Objective` over the searches it covers.
+
+- The base arm is enqueued as trial 0 (once per study, resumes included), so every study
+  starts from the baseline.
+- Samplers are seeded: TPE (Optuna 5 defaults: multivariate for one objective, independent
+  for several, constant liar on), CMA-ES (needs the `cmaes` package; one objective) or
+  random. A call's sampler seed is derived from `seed`, the number of trials the study
+  already holds and the worker index, so a resumed study does not replay its first
+  proposals and parallel workers do not propose the same points.
+- `pruner="wilcoxon"` (one objective) reports the objective's per-query values as steps:
+  the covered searches in a fixed seeded order, cut into `WILCOXON_STEPS` blocks; step k is
+  block k's mean, so steps pair across trials and resumes. `trial.should_prune()` runs
+  every `PRUNE_EVERY` steps. Blocks, not single queries: every report is one storage write
+  (fsync'ed by the journal) and every check re-reads the steps, so one step per query with
+  a check every 200 (LoCoMo, 3,000 searches) took 10-12 s per trial here, against ~2 ms
+  for the scoring; 32 blocks with a check every 8 add 50-110 ms to a trial. The pruner
+  saves no scoring (a trial's values come from one vectorised call): it marks trials that
+  are worse than the best one as pruned, which TPE then learns from.
+- Storage: a journal file by default (`DEFAULT_STUDY_DIR`/<study name>.journal), or an RDB
+  URL (`sqlite:///...`, `postgresql://...`). Trials are written as they finish, so a
+  killed study resumes with every finished trial (`load_if_exists`); `n_trials` is the
+  number of finished trials the study should hold when `tune` returns. A process killed
+  while writing leaves the journal's lock file behind: the next run waits Optuna's grace
+  period (30 s), then takes the lock over with a warning.
+- `workers=N` runs N spawned processes on the same study; each receives the pickled
+  objective (the train `Scorer` by value: its arrays and frames, about 15 MB for LoCoMo's
+  3,000 searches, unpickled in ~40 ms), so nothing is replayed or re-prepared in a child.
+  Determinism holds for `workers=1` only.
+
+>>> result = tune(train, arm_of("base", config), SearchSpace.unit(WEIGHTS),   # doctest: +SKIP
+...               [Objective("ndcg@10")], n_trials=200, study_name="locomo-ndcg")
+>>> best_config_snippet(config, result.best[0])                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import re
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import optuna
+import polars as pl
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial, TrialState
+
+from msprlab.engine import EngineConfig
+from msprlab.engine.batch import INTENTS, WEIGHTS
+
+from .evaluation import Arm, Scorer
+from .metrics import parse_metric
+
+__all__ = ["DEFAULT_STUDY_DIR", "MIN_IMPORTANCE_TRIALS", "PRUNERS", "SAMPLERS", "Objective",
+           "SearchSpace", "TrialRecord", "TuneResult", "best_config_snippet", "tune"]
+
+SamplerName = Literal["tpe", "cmaes", "random"]
+PrunerName = Literal["none", "wilcoxon"]
+SAMPLERS: tuple[SamplerName, ...] = ("tpe", "cmaes", "random")
+PRUNERS: tuple[PrunerName, ...] = ("none", "wilcoxon")
+DEFAULT_STUDY_DIR = Path("studies")
+WILCOXON_STEPS = 32
+PRUNE_EVERY = 8
+# PED-ANOVA contrasts the top 10% of completed trials with all of them; Optuna advises at
+# least 5 trials in that top quantile.
+MIN_IMPORTANCE_TRIALS = 50
+BASELINE_ATTR = "msprlab_baseline"
+SETTINGS_ATTR = "msprlab_tune"
+_STEP_ORDER_SEED = 20260105  # fixed: steps must pair across trials, calls and resumes
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_LABELS = tuple(label.value for label in INTENTS)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which weights are searched, each in a range within [0, 1]; the others keep the base
+    arm's values. Stored in `WEIGHTS` order whatever the order given."""
+
+    ranges: Mapping[str, tuple[float, float]]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ranges, Mapping) or not self.ranges:
+            raise ValueError("SearchSpace: name at least one weight to search "
+                             f"({', '.join(WEIGHTS)}), got {self.ranges!r}")
+        if unknown := [name for name in self.ranges if name not in WEIGHTS]:
+            raise ValueError(f"SearchSpace: unknown weights {unknown}; the weights are "
+                             f"{', '.join(WEIGHTS)}")
+        ordered: dict[str, tuple[float, float]] = {}
+        for name in WEIGHTS:
+            if name not in self.ranges:
+                continue
+            given = self.ranges[name]
+            if not (isinstance(given, tuple | list) and len(given) == 2
+                    and all(_is_number(x) for x in given)):
+                raise ValueError(f"SearchSpace: {name} must be a (low, high) pair of numbers, "
+                                 f"got {given!r}")
+            low, high = float(given[0]), float(given[1])
+            if not 0.0 <= low < high <= 1.0:
+                raise ValueError(f"SearchSpace: `0 <= low < high <= 1` must hold for {name}, "
+                                 f"but got ({low}, {high}); to fix a weight, leave it out of "
+                                 "the space (it then keeps the base arm's value)")
+            ordered[name] = (low, high)
+        object.__setattr__(self, "ranges", ordered)
+
+    @staticmethod
+    def unit(names: Sequence[str] = WEIGHTS) -> SearchSpace:
+        """Each named weight searched over [0, 1]."""
+        return SearchSpace(dict.fromkeys(names, (0.0, 1.0)))
+
+    def as_dict(self) -> dict[str, list[float]]:
+        return {name: [low, high] for name, (low, high) in self.ranges.items()}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A metric to maximise, averaged over the searches with a relevant memory, optionally
+    only those whose intent label (`searches.intent_label`) is `intent`."""
+
+    metric: str
+    intent: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric, str):
+            raise ValueError(f"Objective: metric must be a name such as 'ndcg@10', "
+                             f"got {self.metric!r}")
+        object.__setattr__(self, "metric", parse_metric(self.metric).name)  # canonical name
+        if self.intent is not None and self.intent not in _LABELS:
+            raise ValueError(f"Objective: intent must be one of {', '.join(_LABELS)} or None, "
+                             f"got {self.intent!r}")
+
+    def label(self) -> str:
+        """The objective's name in results: "ndcg@10" or "ndcg@10/intent/FACTUAL"."""
+        return self.metric if self.intent is None else f"{self.metric}/intent/{self.intent}"
+
+    def key(self) -> str:
+        """`label` as an MLflow-safe metric key: "ndcg_at_10/intent/FACTUAL"."""
+        key = parse_metric(self.metric).key
+        return key if self.intent is None else f"{key}/intent/{self.intent}"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One finished trial: state "COMPLETE", "PRUNED" or "FAIL"; `values` in objective
+    order (None unless complete); all six weights (`WEIGHTS` order)."""
+
+    number: int
+    state: str
+    values: tuple[float, ...] | None
+    weights: tuple[float, ...]
+    seconds: float | None
+    baseline: bool
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What a study found.
+
+    best : the best arm (one objective) or the Pareto-optimal arms (several), by trial
+        number; `best_values[i]` holds arm i's objective values.
+    trials : one row per finished trial: number, state, baseline, one column per objective
+        label, the six weights, seconds.
+    importance : objective label -> {searched weight: PED-ANOVA importance, summing to 1};
+        empty, with a note, when fewer than `MIN_IMPORTANCE_TRIALS` trials completed.
+    notes : what the reader should know (importance not computed, trials left running).
+    """
+
+    study: optuna.Study
+    storage: str
+    objectives: tuple[Objective, ...]
+    best: tuple[Arm, ...]
+    best_values: tuple[tuple[float, ...], ...]
+    trials: pl.DataFrame
+    importance: dict[str, dict[str, float]]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def study_name(self) -> str:
+        return self.study.study_name
+
+
+@dataclass(frozen=True, eq=False)
+class _Objective:
+    """The trial function (picklable, so spawned workers get it by value)."""
+
+    scorer: Scorer
+    base: Arm
+    space: SearchSpace
+    metrics: tuple[str, ...]          # metric name of each objective
+    covered: tuple[np.ndarray, ...]   # searches each objective averages over
+    steps: tuple[np.ndarray, ...] | None  # Wilcoxon blocks of searches, in step order
+
+    def arm(self, trial: optuna.Trial) -> Arm:
+        weights = list(self.base.weights)
+        for name, (low, high) in self.space.ranges.items():
+            weights[WEIGHTS.index(name)] = trial.suggest_float(name, low, high)
+        return Arm(f"trial {trial.number}", tuple(weights), self.base.intent, self.base.roles)
+
+    def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
+        values = self.scorer.values(self.arm(trial))
+        means = tuple(float(values[m][rows].mean())
+                      for m, rows in zip(self.metrics, self.covered, strict=True))
+        if self.steps is not None:
+            column = values[self.metrics[0]]
+            for step, rows in enumerate(self.steps):
+                trial.report(float(column[rows].mean()), step)
+                if (step + 1) % PRUNE_EVERY == 0 and step + 1 < len(self.steps) \
+                        and trial.should_prune():
+                    raise optuna.TrialPruned()
+        return means[0] if len(means) == 1 else means
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything a worker process needs (picklable)."""
+
+    objective: _Objective
+    study_name: str
+    storage: str
+    sampler: SamplerName
+    pruner: PrunerName
+    n_trials: int            # the study's target of finished trials
+    seed: tuple[int, int, int]
+
+
+def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Objective], *,
+         n_trials: int, study_name: str, seed: int = 0, sampler: SamplerName = "tpe",
+         pruner: PrunerName = "none", storage: str | Path | None = None, workers: int = 1,
+         progress: Callable[[int, int], None] | None = None,
+         on_trial: Callable[[TrialRecord], None] | None = None) -> TuneResult:
+    """Search the weights of `space` to maximise `objectives` on `train`.
+
+    Parameters
+    ----------
+    train : the scorer of the tuning window (a logged-frequency table: a closed-loop table
+        is bound to its weights and is refused).
+    base : the arm trial 0 scores; unsearched weights, intent and roles come from it.
+    objectives : one (maximised) or several (Pareto front); each metric must be one the
+        scorer computes.
+    n_trials : the number of finished trials (complete, pruned or failed) the study holds
+        when this returns; a resumed study runs only the missing ones.
+    seed : seeds the sampler (with the study's trial count and the worker index).
+    sampler : "tpe", "cmaes" (one objective; needs `pip install cmaes`) or "random".
+    pruner : "none" or "wilcoxon" (one objective; module docstring).
+    storage : None (journal file `DEFAULT_STUDY_DIR/<study_name>.journal`), a journal file
+        path, or an RDB URL such as "postgresql://..." or "sqlite:///tune.db" (SQLite is
+        not recommended for parallel workers). A resumed study must have been created with
+        the same objectives, space, base arm, pruner and train data.
+    workers : processes sharing the study (spawned); results are then not deterministic.
+        Independent `tune` calls on one study also work, once the study exists (two
+        calls creating it at the same moment could both enqueue the baseline).
+    progress : called with (finished trials, n_trials) after each trial.
+    on_trial : called with each newly finished trial's record.
+    """
+    objectives = tuple(objectives)
+    _check_arguments(base, space, objectives, n_trials=n_trials, study_name=study_name,
+                     seed=seed, sampler=sampler, pruner=pruner, workers=workers)
+    objective = _prepare(train, base, space, objectives, pruner=pruner)
+    spec = _storage_spec(storage, study_name)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress comes from callbacks
+    try:
+        study = optuna.create_study(
+            study_name=study_name, storage=_open_storage(spec), load_if_exists=True,
+            directions=["maximize"] * len(objectives))
+        _check_settings(study, _settings(train, base, space, objectives, pruner), spec)
+        generation = len(study.get_trials(deepcopy=False))
+        if not any(t.user_attrs.get(BASELINE_ATTR) for t in study.get_trials(deepcopy=False)):
+            study.enqueue_trial({name: base.weights[WEIGHTS.index(name)]
+                                 for name in space.ranges}, user_attrs={BASELINE_ATTR: True})
+        finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
+        missing = n_trials - finished
+        reporter = _Reporter(base, n_trials, progress, on_trial)
+        reporter.skip(study)
+        shares = [missing // workers + (k < missing % workers) for k in range(workers)]
+        plans = [(_Plan(objective, study_name, spec, sampler, pruner, n_trials,
+                        (seed, generation, k)), share) for k, share in enumerate(shares)
+                 if share > 0]
+        if len(plans) == 1:
+            _optimize(*plans[0], study=study, callback=reporter)
+        elif plans:
+            _run_workers(plans, study, reporter)
+        return _result(study, spec, base, objectives)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def best_config_snippet(config: EngineConfig, arm: Arm) -> dict[str, Any]:
+    """The ContextKit config fragment (for `Memory.from_config`) that runs `arm`: the six
+    weights under `context_graph.retrieval`, and the MSPR switches of `config` (the
+    configuration the table was replayed with) with intent routing and the role policy
+    as the arm scores them."""
+    mspr = config.mspr
+    return {
+        "context_graph": {"enabled": config.context_graph_enabled,
+                          "retrieval": dict(zip(WEIGHTS, map(float, arm.weights), strict=True))},
+        "mspr": {"enabled": mspr.enabled or arm.intent or arm.roles,
+                 "intent": {"enabled": arm.intent, "strategy": mspr.intent.strategy},
+                 "role": {"enabled": arm.roles, "hard_filter": mspr.role.hard_filter},
+                 "feedback": {"enabled": mspr.feedback.enabled},
+                 "frequency": {"enabled": mspr.frequency.enabled},
+                 "success": {"enabled": mspr.success.enabled,
+                             "min_sample_size": mspr.success.min_sample_size}},
+    }
+
+
+# -- preparation -------------------------------------------------------------------------
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(float(value))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_arguments(base: Arm, space: SearchSpace, objectives: tuple[Objective, ...], *,
+                     n_trials: int, study_name: str, seed: int, sampler: str, pruner: str,
+                     workers: int) -> None:
+    if not objectives:
+        raise ValueError("tune: give at least one Objective, e.g. [Objective('ndcg@10')]")
+    labels = [o.label() for o in objectives]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"tune: objectives must differ, got {labels}")
+    if not (_is_int(n_trials) and n_trials >= 1):
+        raise ValueError(f"tune: `n_trials >= 1` must hold, but got {n_trials!r}")
+    if not (_is_int(workers) and workers >= 1):
+        raise ValueError(f"tune: `workers >= 1` must hold, but got {workers!r}")
+    if not _is_int(seed):
+        raise ValueError(f"tune: seed must be an integer, got {seed!r}")
+    if not (isinstance(study_name, str) and study_name.strip()):
+        raise ValueError(f"tune: study_name must be a non-empty string, got {study_name!r}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"tune: sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    if pruner not in PRUNERS:
+        raise ValueError(f"tune: pruner must be one of {', '.join(PRUNERS)}, got {pruner!r}")
+    single = [f"{option}={value!r}" for option, value in (("sampler", sampler),
+                                                           ("pruner", pruner))
+              if value in ("cmaes", "wilcoxon")]
+    if single and len(objectives) > 1:
+        raise ValueError(f"tune: {' and '.join(single)} handles a single objective, but got "
+                         f"{len(objectives)} ({', '.join(labels)}); use sampler='tpe' or "
+                         "'random' without a pruner for a Pareto front")
+    if sampler == "cmaes":
+        import importlib.util
+        if importlib.util.find_spec("cmaes") is None:
+            raise ImportError("tune: sampler='cmaes' needs the cmaes package, which is not "
+                              "installed: pip install cmaes (or use sampler='tpe')")
+    for name, (low, high) in space.ranges.items():
+        value = base.weights[WEIGHTS.index(name)]
+        if not low <= value <= high:
+            raise ValueError(f"tune: the base arm's {name} = {value} lies outside its searched "
+                             f"range ({low}, {high}), so the baseline cannot be trial 0; "
+                             "widen the range to include it")
+
+
+def _prepare(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Objective, ...],
+             *, pruner: str) -> _Objective:
+    """Which searches each objective averages over (fixed: NaN marks a search without a
+    relevant memory, whatever the weights) and, for the pruner, the step blocks."""
+    computed = [m.name for m in train.metrics]
+    for o in objectives:
+        if o.metric not in computed:
+            raise ValueError(f"tune: objective {o.label()!r} needs the scorer to compute "
+                             f"{o.metric}, but it computes {', '.join(computed)}; build it "
+                             f"with Scorer.of(table, [..., parse_metric({o.metric!r})])")
+    values = train.values(base)  # also refuses a table bound to other weights
+    labels = train.table.searches["intent_label"].to_numpy()
+    covered = []
+    for o in objectives:
+        keep = ~np.isnan(values[o.metric])
+        if o.intent is not None:
+            keep &= labels == o.intent
+        if not keep.any():
+            counts = dict(zip(*np.unique(labels[~np.isnan(values[o.metric])],
+                                         return_counts=True), strict=True))
+            raise ValueError(f"tune: objective {o.label()!r} covers no train search with a "
+                             f"relevant memory; searches with one, by intent label: "
+                             f"{ {str(k): int(v) for k, v in counts.items()} }")
+        covered.append(np.flatnonzero(keep))
+    steps = None
+    if pruner == "wilcoxon":
+        order = np.random.default_rng(_STEP_ORDER_SEED).permutation(covered[0])
+        steps = tuple(np.array_split(order, min(WILCOXON_STEPS, order.size)))
+    return _Objective(train, base, space, tuple(o.metric for o in objectives), tuple(covered),
+                      steps)
+
+
+def _settings(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Objective, ...],
+              pruner: str) -> dict[str, Any]:
+    """What a study is about: a resumed study must agree on all of it (the pruner too: a
+    Wilcoxon trial pairs its steps with the best trial's)."""
+    return {"objectives": [o.label() for o in objectives], "space": space.as_dict(),
+            "pruner": pruner,
+            "base": [float(w) for w in base.weights], "intent": base.intent,
+            "roles": base.roles, "data": train.table.meta["dataset"]["digest"],
+            "train_searches": train.n_searches}
+
+
+def _check_settings(study: optuna.Study, settings: dict[str, Any], spec: str) -> None:
+    stored = study.user_attrs.get(SETTINGS_ATTR)
+    if stored is None:
+        study.set_user_attr(SETTINGS_ATTR, settings)
+        return
+    if differ := [k for k in settings if stored.get(k) != settings[k]]:
+        detail = "; ".join(f"{k}: study has {stored.get(k)!r}, now {settings[k]!r}"
+                           for k in differ)
+        raise ValueError(f"tune: study {study.study_name!r} in {spec} was created for other "
+                         f"settings ({detail}); resume it with the same ones or pick another "
+                         "study_name")
+
+
+def _storage_spec(storage: str | Path | None, study_name: str) -> str:
+    if storage is None:
+        safe = re.sub(r"[^\w.-]", "_", study_name)
+        return str(DEFAULT_STUDY_DIR / f"{safe}.journal")
+    return str(storage)
+
+
+def _open_storage(spec: str) -> BaseStorage:
+    """An RDB URL, else a journal file (its folder is created)."""
+    if _URL.match(spec):
+        return RDBStorage(spec)
+    Path(spec).parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(spec))
+
+
+def _make_sampler(name: SamplerName, seed: tuple[int, int, int]) -> optuna.samplers.BaseSampler:
+    derived = int(np.random.SeedSequence(list(seed)).generate_state(1)[0])
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=derived)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=derived)
+    return optuna.samplers.RandomSampler(seed=derived)
+
+
+def _make_pruner(name: PrunerName) -> optuna.pruners.BasePruner:
+    if name == "none":
+        return optuna.pruners.NopPruner()
+    with warnings.catch_warnings():  # experimental since 3.6; chosen knowingly
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.pruners.WilcoxonPruner()
+
+
+# -- running -----------------------------------------------------------------------------
+
+def _optimize(plan: _Plan, n_trials: int, *, study: optuna.Study | None = None,
+              callback: Callable[[optuna.Study, FrozenTrial], None] | None = None) -> None:
+    """Run `n_trials` trials of `plan` (in this process or a spawned worker)."""
+    if study is None:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.load_study(study_name=plan.study_name, storage=_open_storage(plan.storage))
+    study.sampler = _make_sampler(plan.sampler, plan.seed)
+    study.pruner = _make_pruner(plan.pruner)
+    # Stops early when other processes on the same study already reached the target.
+    stop = optuna.study.MaxTrialsCallback(plan.n_trials, states=_FINISHED)
+    study.optimize(plan.objective, n_trials=n_trials,
+                   callbacks=[stop] if callback is None else [callback, stop])
+
+
+def _run_workers(plans: list[tuple[_Plan, int]], study: optuna.Study,
+                 reporter: _Reporter) -> None:
+    """Run each (plan, share of trials) in a spawned process, reporting as trials finish."""
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_optimize, args=(plan, share), daemon=True,
+                                 name=f"tune-{plan.study_name}-{k}")
+                 for k, (plan, share) in enumerate(plans)]
+    try:
+        for process in processes:
+            process.start()
+        while any(p.is_alive() for p in processes):
+            time.sleep(0.25)
+            reporter.poll(study)
+        for process in processes:
+            process.join()
+        reporter.poll(study)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+                process.join()
+    if failed := [(p.name, p.exitcode) for p in processes if p.exitcode != 0]:
+        raise RuntimeError(f"tune: worker processes failed {failed} (their tracebacks are "
+                           "above); the study keeps every trial they finished")
+
+
+class _Reporter:
+    """Turns finished trials into `TrialRecord`s for `on_trial` and counts for `progress`,
+    from Optuna's callback (one process) or by polling the storage (workers)."""
+
+    def __init__(self, base: Arm, total: int, progress: Callable[[int, int], None] | None,
+                 on_trial: Callable[[TrialRecord], None] | None) -> None:
+        self.base, self.total = base, total
+        self.progress, self.on_trial = progress, on_trial
+        self.seen: set[int] = set()
+
+    def skip(self, study: optuna.Study) -> None:
+        """Trials finished before this call are not reported again."""
+        self.seen = {t.number for t in study.get_trials(deepcopy=False, states=_FINISHED)}
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._emit([trial])
+
+    def poll(self, study: optuna.Study) -> None:
+        self._emit([t for t in study.get_trials(deepcopy=False, states=_FINISHED)
+                    if t.number not in self.seen])
+
+    def _emit(self, trials: list[FrozenTrial]) -> None:
+        for trial in sorted(trials, key=lambda t: t.number):
+            self.seen.add(trial.number)
+            if self.on_trial is not None:
+                self.on_trial(_record(trial, self.base))
+            if self.progress is not None:
+                self.progress(len(self.seen), self.total)
+
+
+# -- results -----------------------------------------------------------------------------
+
+def _weights(trial: FrozenTrial, base: Arm) -> tuple[float, ...]:
+    return tuple(float(trial.params.get(name, value))
+                 for name, value in zip(WEIGHTS, base.weights, strict=True))
+
+
+def _record(trial: FrozenTrial, base: Arm) -> TrialRecord:
+    complete = trial.state == TrialState.COMPLETE
+    return TrialRecord(
+        number=trial.number, state=trial.state.name,
+        values=tuple(float(v) for v in trial.values) if complete and trial.values else None,
+        weights=_weights(trial, base),
+        seconds=trial.duration.total_seconds() if trial.duration is not None else None,
+        baseline=bool(trial.user_attrs.get(BASELINE_ATTR, False)))
+
+
+def _frame(records: list[TrialRecord], objectives: tuple[Objective, ...]) -> pl.DataFrame:
+    labels = [o.label() for o in objectives]
+    columns: dict[str, Any] = {
+        "number": [r.number for r in records], "state": [r.state for r in records],
+        "baseline": [r.baseline for r in records],
+        **{label: [None if r.values is None else r.values[i] for r in records]
+           for i, label in enumerate(labels)},
+        **{name: [r.weights[i] for r in records] for i, name in enumerate(WEIGHTS)},
+        "seconds": [r.seconds for r in records]}
+    schema = {"number": pl.Int64, "state": pl.String, "baseline": pl.Boolean,
+              **dict.fromkeys(labels, pl.Float64), **dict.fromkeys(WEIGHTS, pl.Float64),
+              "seconds": pl.Float64}
+    return pl.DataFrame(columns, schema=schema)
+
+
+def _importance(study: optuna.Study, objectives: tuple[Objective, ...]
+                ) -> tuple[dict[str, dict[str, float]], list[str]]:
+    completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(completed) < MIN_IMPORTANCE_TRIALS:
+        return {}, [f"parameter importance not computed: {len(completed)} completed trials, "
+                    f"PED-ANOVA needs at least {MIN_IMPORTANCE_TRIALS} (5 in the top 10%)"]
+    # Imported here: optuna.importance imports scikit-learn (seconds), which workers skip.
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+    importance, notes = {}, []
+    for i, o in enumerate(objectives):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # PED-ANOVA ranks low targets as good: negate the maximised objective.
+            target = None if len(objectives) == 1 else (lambda t, i=i: -t.values[i])
+            found = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator(),
+                                          target=target)
+        importance[o.label()] = {name: float(found[name]) for name in WEIGHTS if name in found}
+        notes += [f"importance of {o.label()}: {w.message}" for w in caught
+                  if "multiplying the output by -1" not in str(w.message)]
+    return importance, notes
+
+
+def _result(study: optuna.Study, spec: str, base: Arm,
+            objectives: tuple[Objective, ...]) -> TuneResult:
+    trials = study.get_trials(deepcopy=False)
+    records = [_record(t, base) for t in trials if t.state in _FINISHED]
+    notes = []
+    if running := [t.number for t in trials if t.state == TrialState.RUNNING]:
+        notes.append(f"trials {running} are still RUNNING: another process is running them, "
+                     "or a process was killed mid-trial (they are not counted as finished)")
+    if len(objectives) == 1:
+        complete = [t for t in trials if t.state == TrialState.COMPLETE]
+        front = [study.best_trial] if complete else []
+    else:
+        front = sorted(study.best_trials, key=lambda t: t.number)
+    best = tuple(Arm(f"{study.study_name}#{t.number}", _weights(t, base), base.intent,
+                     base.roles) for t in front)
+    importance, more = _importance(study, objectives)
+    return TuneResult(study=study, storage=spec, objectives=objectives, best=best,
+                      best_values=tuple(tuple(float(v) for v in t.values) for t in front),
+                      trials=_frame(records, objectives), importance=importance,
+                      notes=tuple(notes + more))

@@ -1,0 +1,142 @@
+"""Numbers and marks as the report prints them, shared by the HTML and markdown renderers.
+
+Significance is read from the comparison frame's adjusted p-values: a test is marked when
+its adjusted p is below `ALPHA`. The method text (which CI, which tests, which correction)
+comes from the frame's own method columns, so the printed statement cannot drift from
+what `experiments.stats.compare` computed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+__all__ = ["ALPHA", "LOW_SUPPORT_MARK", "ComparisonRow", "comparison_rows", "fmt", "fmt_ci",
+           "fmt_delta", "fmt_p", "group_label", "methods", "primary_metric", "significance"]
+
+ALPHA = 0.05
+LOW_SUPPORT_MARK = "†"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """A number at fixed precision; "–" for missing or NaN."""
+    if _missing(value):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def fmt_delta(value: Any, digits: int = 4) -> str:
+    return "–" if _missing(value) else f"{value:+.{digits}f}"
+
+
+def fmt_ci(low: Any, high: Any, *, signed: bool = False) -> str:
+    if _missing(low) or _missing(high):
+        return "–"
+    one = fmt_delta if signed else fmt
+    return f"[{one(low)}, {one(high)}]"
+
+
+def fmt_p(value: Any) -> str:
+    if _missing(value):
+        return "–"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def group_label(group_by: str, group: str | None) -> str:
+    if group_by == "overall":
+        return "overall"
+    return "(none)" if group is None else str(group)
+
+
+def significance(p_t_adj: Any, p_perm_adj: Any, alpha: float = ALPHA) -> str:
+    """Which adjusted tests reject at `alpha`: "t, perm", "t", "perm" or ""."""
+    marks = [name for name, p in (("t", p_t_adj), ("perm", p_perm_adj))
+             if not _missing(p) and p < alpha]
+    return ", ".join(marks)
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One (arm, group) row of a comparison for one metric, formatted."""
+
+    arm: str
+    group_by: str
+    group: str
+    low_support: bool
+    n: str
+    n_no_relevant: str
+    mean_base: str
+    mean_arm: str
+    delta: str
+    ci: str
+    p_t: str
+    p_perm: str
+    significant: str
+    direction: int  # +1 / -1 where a test rejects and the delta has that sign, else 0
+
+    @property
+    def label(self) -> str:
+        return self.group + (f" {LOW_SUPPORT_MARK}" if self.low_support else "")
+
+
+def comparison_rows(comparison: pl.DataFrame, metric: str,
+                    group_by: tuple[str, ...] = ("overall", "intent", "question_type"),
+                    ) -> list[ComparisonRow]:
+    """The rows of `metric` in the given groupings: per arm (in the frame's order), its
+    rows in the order of `group_by` (overall first), then in the frame's order."""
+    rows = []
+    part = comparison.filter(pl.col("metric") == metric, pl.col("group_by").is_in(group_by))
+    order = {g: i for i, g in enumerate(group_by)}
+    arms = {a: i for i, a in enumerate(part.get_column("arm").unique(maintain_order=True))}
+    indexed = sorted(enumerate(part.iter_rows(named=True)), key=lambda item: (
+        arms[item[1]["arm"]], order[item[1]["group_by"]], item[0]))
+    for _, r in indexed:
+        marks = significance(r["p_t_adj"], r["p_perm_adj"])
+        direction = 0
+        if marks and not _missing(r["delta"]) and r["delta"] != 0:
+            direction = 1 if r["delta"] > 0 else -1
+        rows.append(ComparisonRow(
+            arm=r["arm"], group_by=r["group_by"], group=group_label(r["group_by"], r["group"]),
+            low_support=bool(r["low_support"]), n=fmt(r["n"]),
+            n_no_relevant=fmt(r["n_no_relevant"]), mean_base=fmt(r["mean_base"]),
+            mean_arm=fmt(r["mean_arm"]), delta=fmt_delta(r["delta"]),
+            ci=fmt_ci(r["ci_low"], r["ci_high"], signed=True), p_t=fmt_p(r["p_t_adj"]),
+            p_perm=fmt_p(r["p_perm_adj"]), significant=marks, direction=direction))
+    return rows
+
+
+def methods(comparison: pl.DataFrame) -> list[str]:
+    """The method statements of a comparison frame, one line each (distinct values)."""
+    lines = []
+    for column, what in (("ci_method", "CI of the delta"), ("t_test", "t-test"),
+                         ("permutation_test", "permutation test"),
+                         ("correction", "multiple-testing correction")):
+        if column in comparison.columns:
+            values = comparison.get_column(column).unique(maintain_order=True).to_list()
+            lines += [f"{what}: {v}" for v in values if v]
+    return lines
+
+
+def primary_metric(provenance: dict[str, Any] | None, *frames: pl.DataFrame | None) -> str | None:
+    """The experiment's primary metric (its config's `metrics.primary`), else the first
+    metric of the first frame that has one."""
+    config = (provenance or {}).get("config") or {}
+    primary = (config.get("metrics") or {}).get("primary")
+    names = [m for f in frames if f is not None and "metric" in f.columns
+             for m in f.get_column("metric").unique(maintain_order=True).to_list()]
+    if isinstance(primary, str) and (primary in names or not names):
+        return primary
+    return names[0] if names else None

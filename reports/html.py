@@ -1,0 +1,262 @@
+"""The HTML report: one self-contained file (inline stylesheet, PNG figures as data URIs).
+
+`render_html(results)` gathers what the bundle holds into plain values (formatted table
+rows from `_format`, PNG bytes from `plots`, provenance lines) and fills
+`templates/report.html.j2` (Jinja2, autoescaped, strict about undefined names). Nothing
+depends on the clock, the machine or the folder the bundle sits in, beyond what the
+bundle itself records, so the same bundle renders to the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from . import plots
+from ._format import (
+    ALPHA,
+    LOW_SUPPORT_MARK,
+    comparison_rows,
+    fmt,
+    fmt_ci,
+    fmt_delta,
+    fmt_p,
+    group_label,
+    methods,
+    primary_metric,
+    significance,
+)
+from .load import Results
+from .provenance import config_text, provenance_items
+from .study import StudyView, study_view
+
+__all__ = ["TEMPLATE", "render_html"]
+
+TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
+_GROUPINGS = (("intent", "by intent label"), ("question_type", "by question type"))
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _metrics(*frames: pl.DataFrame | None) -> list[str]:
+    names: list[str] = []
+    for frame in frames:
+        if frame is not None and "metric" in frame.columns:
+            names += [m for m in frame.get_column("metric").unique(maintain_order=True)
+                      if m not in names]
+    return names
+
+
+def _comparison(comparison: pl.DataFrame, metrics: list[str], primary: str) -> dict[str, Any]:
+    """Tables of one comparison frame: per metric, per grouping (overall first)."""
+    tables = {metric: [{"title": title, "rows": comparison_rows(
+        comparison, metric, ("overall", group_by))} for group_by, title in _GROUPINGS]
+        for metric in metrics}
+    return {"primary": primary, "tables": tables,
+            "others": [m for m in metrics if m != primary], "methods": methods(comparison)}
+
+
+def _matrix(comparison: pl.DataFrame, metric: str, group_by: str) -> dict[str, Any]:
+    """Arms down, groups across: delta and its marks, for one metric and grouping."""
+    rows = comparison.filter(pl.col("metric") == metric,
+                             pl.col("group_by").is_in(["overall", group_by]))
+    groups = rows.select("group_by", "group", "n", "low_support").unique(
+        ["group_by", "group"], maintain_order=True).rows(named=True)
+    cells = {(r["arm"], r["group_by"], r["group"]): r for r in rows.iter_rows(named=True)}
+    body = []
+    for arm in rows.get_column("arm").unique(maintain_order=True).to_list():
+        line = []
+        for g in groups:
+            r = cells.get((arm, g["group_by"], g["group"]))
+            if r is None:
+                line.append({"text": "–", "title": "", "ci": "", "css": ""})
+                continue
+            marks = significance(r["p_t_adj"], r["p_perm_adj"])
+            css = [] if not marks or not r["delta"] else ["up" if r["delta"] > 0 else "down"]
+            if r["low_support"]:
+                css.append("low")
+            line.append({"text": fmt_delta(r["delta"]) + (" *" if marks else ""),
+                         "title": f"95% CI {fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
+                                  f"p t (adj) {fmt_p(r['p_t_adj'])}, p perm (adj) "
+                                  f"{fmt_p(r['p_perm_adj'])}",
+                         "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
+                         "css": " ".join(css)})
+        body.append({"arm": arm, "cells": line})
+    return {"groups": [{"label": group_label(g["group_by"], g["group"])
+                        + (f" {LOW_SUPPORT_MARK}" if g["low_support"] else ""),
+                        "n": fmt(g["n"])} for g in groups], "rows": body}
+
+
+def _means(summary: pl.DataFrame, metrics: list[str]) -> dict[str, Any]:
+    """Per arm, overall: mean and bootstrap CI of each metric."""
+    overall = summary.filter(pl.col("group_by") == "overall")
+    rows = []
+    for arm in overall.get_column("arm").unique(maintain_order=True).to_list():
+        mine = {r["metric"]: r for r in overall.filter(pl.col("arm") == arm)
+                .iter_rows(named=True)}
+        cells = [f"{fmt(r['mean'])} {fmt_ci(r['ci_low'], r['ci_high'])}"
+                 if (r := mine.get(m)) is not None else "–" for m in metrics]
+        rows.append({"arm": arm, "n": fmt(next(iter(mine.values()))["n"]) if mine else "–",
+                     "cells": cells})
+    method = summary.get_column("ci_method").unique(maintain_order=True).to_list()
+    return {"metrics": metrics, "rows": rows, "method": ", ".join(method)}
+
+
+def _frame_rows(frame: pl.DataFrame) -> dict[str, Any]:
+    return {"columns": frame.columns,
+            "rows": [[fmt(v) for v in row] for row in frame.iter_rows()]}
+
+
+def _ablation(results: Results, primary: str | None) -> dict[str, Any] | None:
+    if results.ablation_summary is None and results.ablation_comparison is None:
+        return None
+    comparison = results.ablation_comparison
+    out: dict[str, Any] = {"notes": list(results.ablation_notes), "chart": None,
+                           "matrices": [], "comparison": None, "means": None, "arms": None,
+                           "per_query": results.ablation_per_query}
+    metrics = _metrics(comparison, results.ablation_summary)
+    if comparison is not None and comparison.height and primary is not None:
+        out["chart"] = _data_uri(plots.ablation_chart(comparison, primary))
+        out["matrices"] = [{"title": title, **_matrix(comparison, primary, group_by)}
+                           for group_by, title in _GROUPINGS]
+        out["comparison"] = _comparison(comparison, metrics, primary)
+    if results.ablation_summary is not None:
+        out["means"] = _means(results.ablation_summary, metrics)
+    if results.ablation_arms is not None:
+        out["arms"] = _frame_rows(results.ablation_arms)
+    return out
+
+
+def _test(results: Results, primary: str | None) -> dict[str, Any] | None:
+    comparison = results.test_comparison
+    if comparison is None or primary is None:
+        return None
+    metrics = _metrics(comparison)
+    return {"chart": _data_uri(plots.ablation_chart(comparison, primary)),
+            "arms": None if results.test_arms is None else _frame_rows(results.test_arms),
+            "per_query": results.test_per_query, "runs": results.test_runs,
+            **_comparison(comparison, metrics, primary)}
+
+
+def _study(results: Results, view: StudyView) -> dict[str, Any] | None:
+    trials = results.trials
+    if trials is None and results.study is None:
+        return None
+    out: dict[str, Any] = {"view": view, "history": [], "importance": None, "parallel": None,
+                           "best": None, "notes": list(view.notes)}
+    if trials is not None and trials.height:
+        for objective in view.objectives:
+            out["history"].append(_data_uri(plots.history_chart(
+                trials, objective, maximize=view.maximize)))
+        if view.objectives and view.params:
+            out["parallel"] = _data_uri(plots.parallel_chart(
+                trials, view.params, view.objectives[0], ranges=view.ranges or None,
+                best_number=view.best_number))
+    if view.importance:
+        out["importance"] = _data_uri(plots.importance_chart(view.importance))
+    out["best"] = [{"name": k, "best": fmt(v), "baseline": fmt(view.baseline_values.get(k))}
+                   for k, v in view.best_values.items()]
+    return out
+
+
+def _weights(results: Results, view: StudyView) -> dict[str, Any] | None:
+    if results.snippet is None and not view.best_weights:
+        return None
+    return {"weights": [{"name": k, "value": fmt(v)} for k, v in view.best_weights.items()],
+            "snippet": None if results.snippet is None else json.dumps(
+                results.snippet, indent=2, sort_keys=False)}
+
+
+def _audit(results: Results) -> dict[str, Any] | None:
+    """One row per arm (in the frame's order), compat and strict modes side by side."""
+    audit = results.audit
+    if audit is None:
+        return None
+    modes = sorted(audit.get_column("mode").unique().to_list(),
+                   key=lambda m: ({"compat": 0, "strict": 1}.get(m, 2), m))
+    cells = {(r["arm"], r["mode"]): r for r in audit.iter_rows(named=True)}
+    rows = []
+    for arm in audit.get_column("arm").unique(maintain_order=True).to_list():
+        first = next(cells[(arm, m)] for m in modes if (arm, m) in cells)
+        line = []
+        for mode in modes:
+            r = cells.get((arm, mode))
+            if r is None:
+                line.append({"returned": "–", "leaked": "–", "share": "–",
+                             "leaked_searches": "–", "css": ""})
+                continue
+            share = f"{r['leaked'] / r['returned']:.2%}" if r["returned"] else "–"
+            line.append({"returned": fmt(r["returned"]), "leaked": fmt(r["leaked"]),
+                         "share": share, "leaked_searches": fmt(r["leaked_searches"]),
+                         "css": "down" if r["leaked"] else ""})
+        rows.append({"arm": arm, "roles": fmt(first.get("roles")),
+                     "searches": fmt(first["searches"]), "cells": line})
+    policy = ((results.provenance or {}).get("replay") or {}).get("policy")
+    return {"modes": modes, "rows": rows, "total": int(audit.get_column("leaked").sum()),
+            "policy": policy if policy is not None else "not recorded"}
+
+
+def _glance(results: Results, primary: str | None, view: StudyView) -> list[str]:
+    """A few sentences for the top of the page."""
+    lines = []
+    test = results.test_comparison
+    if test is not None and primary is not None:
+        hit = test.filter(pl.col("group_by") == "overall", pl.col("metric") == primary)
+        if hit.height:
+            r = hit.row(0, named=True)
+            marks = significance(r["p_t_adj"], r["p_perm_adj"])
+            lines.append(f"Tuned weights on the test window: {primary} {fmt(r['mean_arm'])} "
+                         f"against {fmt(r['mean_base'])} for the baseline, delta "
+                         f"{fmt_delta(r['delta'])} (95% CI "
+                         f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
+                         + (f"significant by {marks}" if marks else
+                            f"no adjusted test below {ALPHA}") + f"; n = {fmt(r['n'])}).")
+    comparison = results.ablation_comparison
+    if comparison is not None and primary is not None:
+        overall = comparison.filter(pl.col("group_by") == "overall", pl.col("metric") == primary,
+                                    pl.col("delta").is_not_nan())
+        if overall.height:
+            r = overall.sort(["delta", "arm"], descending=[True, False]).row(0, named=True)
+            lines.append(f"Largest ablation gain overall: {r['arm']}, {primary} "
+                         f"{fmt_delta(r['delta'])} (95% CI "
+                         f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}).")
+    if view.counts:
+        total = sum(view.counts.values())
+        lines.append(f"Weight search: {total:,} trials ("
+                     + ", ".join(f"{n:,} {s.lower()}" for s, n in view.counts.items()) + ")"
+                     + (f"; best trial {view.best_number}" if view.best_number is not None
+                        else "") + ".")
+    if results.audit is not None:
+        leaked = int(results.audit.get_column("leaked").sum())
+        lines.append(f"Isolation audit: {leaked:,} leaked result(s) over all arms and modes.")
+    return lines
+
+
+def render_html(results: Results) -> str:
+    """The report of `results` as one HTML document."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+    primary = primary_metric(results.provenance, results.test_comparison,
+                             results.ablation_comparison, results.ablation_summary)
+    view = study_view(results.trials, results.study)
+    record = results.provenance or {}
+    min_support = ((record.get("config") or {}).get("metrics") or {}).get("min_support")
+    environment = Environment(loader=FileSystemLoader(TEMPLATE.parent),
+                              autoescape=select_autoescape(["html", "j2"]),
+                              undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=True)
+    return environment.get_template(TEMPLATE.name).render(
+        title=record.get("experiment") or results.folder.name, bundle=results.folder.name,
+        command=record.get("command"), primary=primary, alpha=ALPHA,
+        low_mark=LOW_SUPPORT_MARK, min_support=min_support, missing=results.missing,
+        glance=_glance(results, primary, view), test=_test(results, primary),
+        ablation=_ablation(results, primary), study=_study(results, view),
+        weights=_weights(results, view), audit=_audit(results),
+        provenance=provenance_items(results.provenance),
+        config=config_text(results.provenance))

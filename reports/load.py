@@ -1,0 +1,150 @@
+"""Read a results bundle (`msprlab.experiments.bundle`) for rendering, whatever parts it has.
+
+Every part is optional: an `ablate` run has no study/ or test/, a `tune` run no ablation/,
+older bundles no isolation audit. `load_bundle` reads what is there, records the expected
+files that are absent in `Results.missing`, and refuses only a folder holding none of the
+bundle's result files. A part that is present must have its columns: a frame written by
+other code is an error naming the file and the columns it lacks, not a half-rendered table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+__all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "PARTS", "SUMMARY_COLUMNS", "BundleError",
+           "Results", "load_bundle"]
+
+COMPARISON_COLUMNS = ("arm", "group_by", "group", "metric", "n", "n_no_relevant", "mean_base",
+                      "mean_arm", "delta", "ci_low", "ci_high", "p_t", "p_perm", "p_t_adj",
+                      "p_perm_adj", "low_support", "ci_method", "t_test", "permutation_test",
+                      "correction")
+SUMMARY_COLUMNS = ("arm", "group_by", "group", "metric", "n", "n_no_relevant", "mean", "ci_low",
+                   "ci_high", "confidence", "low_support", "ci_method")
+AUDIT_COLUMNS = ("arm", "mode", "searches", "returned", "leaked", "leaked_searches")
+TRIAL_COLUMNS = ("number", "state")
+
+# The files a full bundle holds (per-query frames and TREC runs are globbed apart).
+PARTS = ("provenance.json", "ablation/summary.parquet", "ablation/comparison.parquet",
+         "ablation/arms.parquet", "ablation/notes.json", "study/trials.parquet",
+         "study/summary.json", "test/comparison.parquet", "test/arms.parquet",
+         "best_weights.contextkit.json", "isolation/audit.parquet")
+_RESULTS = PARTS[1:]  # at least one of these makes a folder a bundle
+
+
+class BundleError(ValueError):
+    """The folder is not a results bundle, or one of its files is malformed."""
+
+
+@dataclass(frozen=True)
+class Results:
+    """One bundle's contents; None (or empty) where the bundle lacks the part."""
+
+    folder: Path
+    provenance: dict[str, Any] | None = None
+    ablation_summary: pl.DataFrame | None = None
+    ablation_comparison: pl.DataFrame | None = None
+    ablation_arms: pl.DataFrame | None = None
+    ablation_notes: tuple[str, ...] = ()
+    ablation_per_query: dict[str, int] = field(default_factory=dict)  # arm -> searches
+    trials: pl.DataFrame | None = None
+    study: dict[str, Any] | None = None
+    test_comparison: pl.DataFrame | None = None
+    test_arms: pl.DataFrame | None = None
+    test_per_query: dict[str, int] = field(default_factory=dict)
+    test_runs: dict[str, int] = field(default_factory=dict)  # run name -> lines
+    snippet: dict[str, Any] | None = None
+    audit: pl.DataFrame | None = None
+    missing: tuple[str, ...] = ()
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def _frame(path: Path, required: tuple[str, ...]) -> pl.DataFrame:
+    try:
+        frame = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise BundleError(f"{path}: cannot be read as Parquet ({exc})") from exc
+    if absent := [c for c in required if c not in frame.columns]:
+        raise BundleError(f"{path}: missing column(s) {absent} (found columns "
+                          f"{frame.columns}); was it written by msprlab?")
+    return frame
+
+
+def _row_counts(folder: Path) -> dict[str, int]:
+    if not folder.is_dir():
+        return {}
+    return {p.stem: int(pl.scan_parquet(p).select(pl.len()).collect().item())
+            for p in sorted(folder.glob("*.parquet"))}
+
+
+def _line_counts(folder: Path) -> dict[str, int]:
+    if not folder.is_dir():
+        return {}
+    return {p.stem: sum(1 for line in p.read_text(encoding="utf-8").splitlines() if line)
+            for p in sorted(folder.glob("*.trec"))}
+
+
+def _notes(value: Any, path: Path) -> tuple[str, ...]:
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise BundleError(f"{path}: expected a JSON list of strings, got {value!r:.80}")
+    return tuple(value)
+
+
+def load_bundle(folder: Path | str) -> Results:
+    """The bundle in `folder`; raises `BundleError` (naming what is missing) when the folder
+    holds none of a bundle's result files.
+
+    >>> load_bundle("results/locomo-ablate-20260105-100000").missing    # doctest: +SKIP
+    ('study/trials.parquet', 'study/summary.json', 'test/comparison.parquet', ...)
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "a file, not a folder" if folder.exists() else "no such folder"
+        raise BundleError(f"{folder}: {what}; give a results bundle folder "
+                          "(ROOT/results/NAME-COMMAND-STAMP)")
+    present = {part for part in PARTS if (folder / part).is_file()}
+    if not present & set(_RESULTS):
+        found = sorted(p.name for p in folder.iterdir())[:10]
+        raise BundleError(
+            f"{folder} is not a results bundle: none of {', '.join(_RESULTS)} is there "
+            f"(found: {', '.join(found) or 'nothing'}). Bundles are written by `msprlab run`, "
+            "`ablate` and `tune` under ROOT/results/.")
+
+    def frame(part: str, required: tuple[str, ...]) -> pl.DataFrame | None:
+        return _frame(folder / part, required) if part in present else None
+
+    def document(part: str) -> Any:
+        return _json(folder / part) if part in present else None
+
+    provenance, study, snippet = (document(p) for p in (
+        "provenance.json", "study/summary.json", "best_weights.contextkit.json"))
+    for part, value in (("provenance.json", provenance), ("study/summary.json", study),
+                        ("best_weights.contextkit.json", snippet)):
+        if value is not None and not isinstance(value, dict):
+            raise BundleError(f"{folder / part}: expected a JSON object, got "
+                              f"{type(value).__name__}")
+    notes = document("ablation/notes.json")
+    return Results(
+        folder=folder, provenance=provenance,
+        ablation_summary=frame("ablation/summary.parquet", SUMMARY_COLUMNS),
+        ablation_comparison=frame("ablation/comparison.parquet", COMPARISON_COLUMNS),
+        ablation_arms=frame("ablation/arms.parquet", ("name",)),
+        ablation_notes=() if notes is None else _notes(notes, folder / "ablation/notes.json"),
+        ablation_per_query=_row_counts(folder / "ablation" / "per_query"),
+        trials=frame("study/trials.parquet", TRIAL_COLUMNS), study=study,
+        test_comparison=frame("test/comparison.parquet", COMPARISON_COLUMNS),
+        test_arms=frame("test/arms.parquet", ("name",)),
+        test_per_query=_row_counts(folder / "test" / "per_query"),
+        test_runs=_line_counts(folder / "test" / "runs"),
+        snippet=snippet, audit=frame("isolation/audit.parquet", AUDIT_COLUMNS),
+        missing=tuple(p for p in PARTS if p not in present))

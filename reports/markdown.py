@@ -1,0 +1,187 @@
+"""The markdown summary: headline tables and provenance, for a PR comment or a notebook.
+
+It holds the test-window comparison of the tuned weights against the baseline per intent
+label and per dataset question type, the ablation deltas overall, the recommended weights
+and the provenance, all for the experiment's primary metric unless stated. It is a pure
+function of the bundle (no clock, no absolute paths but those recorded in the bundle), so
+the same bundle always gives the same text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from ._format import (
+    ALPHA,
+    LOW_SUPPORT_MARK,
+    comparison_rows,
+    fmt,
+    fmt_ci,
+    fmt_delta,
+    methods,
+    primary_metric,
+    significance,
+)
+from .load import Results
+from .provenance import provenance_items
+from .study import study_view
+
+__all__ = ["render_markdown"]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
+           right: Sequence[bool] | None = None) -> list[str]:
+    right = right or [i > 0 for i in range(len(header))]
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |",
+             "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _legend(comparison: pl.DataFrame, min_support: object) -> list[str]:
+    floor = f"{min_support} " if min_support is not None else "the minimum support of "
+    return [f"{LOW_SUPPORT_MARK}: fewer than {floor}queries with a relevant memory in the "
+            "group: read with care. Significant: the adjusted p of the paired t-test (t) or "
+            f"of the paired permutation test (perm) is below {ALPHA}.", "",
+            *(f"- {line}" for line in methods(comparison))]
+
+
+def _test_section(results: Results, metric: str, min_support: object) -> list[str]:
+    out = [f"## Test window: tuned weights against the baseline ({metric})", ""]
+    comparison = results.test_comparison
+    if comparison is None:
+        return [*out, "Not in this bundle (no test/comparison.parquet): the weight search "
+                "was not run (`msprlab ablate` writes no test window comparison).", ""]
+    header = ["group", "n", "baseline", "tuned", "Δ", "95% CI of Δ", "p t (adj)",
+              "p perm (adj)", "significant"]
+    for group_by, title in (("intent", "By intent label"),
+                            ("question_type", "By question type")):
+        rows = comparison_rows(comparison.filter(pl.col("arm") == "tuned")
+                               if "tuned" in comparison.get_column("arm").to_list()
+                               else comparison, metric, ("overall", group_by))
+        out += [f"### {title}", ""]
+        out += _table(header, [[r.label, r.n, r.mean_base, r.mean_arm, r.delta, r.ci, r.p_t,
+                                r.p_perm, r.significant] for r in rows],
+                      right=[False, *([True] * 7), False])
+        out.append("")
+    return [*out, *_legend(comparison, min_support), ""]
+
+
+def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
+    out = ["## Ablation: change against the baseline, overall", ""]
+    comparison = results.ablation_comparison
+    if comparison is None:
+        reason = ("the bundle has no ablation/ (a `tune` run)" if results.ablation_summary
+                  is None else "no comparison was made (see the notes)")
+        return [*out, f"Not in this bundle: {reason}.",
+                *(f"- note: {n}" for n in results.ablation_notes), ""]
+    overall = comparison.filter(pl.col("group_by") == "overall")
+    arms = overall.get_column("arm").unique(maintain_order=True).to_list()
+    rows = []
+    for arm in arms:
+        cells = [arm]
+        for metric in metrics:
+            hit = overall.filter(pl.col("arm") == arm, pl.col("metric") == metric)
+            if not hit.height:
+                cells.append("–")
+                continue
+            r = hit.row(0, named=True)
+            marks = significance(r["p_t_adj"], r["p_perm_adj"])
+            cells.append(f"{fmt_delta(r['delta'])} "
+                         f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}"
+                         + (f" ({marks})" if marks else ""))
+        rows.append(cells)
+    n = overall.get_column("n").max() if overall.height else None
+    out += [f"Mean paired delta (arm − baseline) with its 95% CI, over {fmt(n)} test searches "
+            "with a relevant memory; (t) / (perm): adjusted p below "
+            f"{ALPHA}.", ""]
+    out += _table(["arm", *metrics], rows, right=[False, *([True] * len(metrics))])
+    out += ["", *(f"- {line}" for line in methods(comparison))]
+    return [*out, *(f"- note: {n}" for n in results.ablation_notes), ""]
+
+
+def _weights_section(results: Results) -> list[str]:
+    out = ["## Recommended weights", ""]
+    view = study_view(results.trials, results.study)
+    weights = view.best_weights
+    if not weights and results.snippet is not None:
+        retrieval = (results.snippet.get("context_graph") or {}).get("retrieval") or {}
+        weights = {k: float(v) for k, v in retrieval.items() if isinstance(v, int | float)}
+    if not weights:
+        return [*out, "Not in this bundle: no weight search (study/ and "
+                "best_weights.contextkit.json are absent).", ""]
+    if view.counts:
+        out += [f"Weight search: {sum(view.counts.values()):,} trials ("
+                + ", ".join(f"{n:,} {s.lower()}" for s, n in view.counts.items()) + ").", ""]
+    if view.best_number is not None:
+        values = ", ".join(f"{k} {fmt(v)}" for k, v in view.best_values.items())
+        base = ", ".join(f"{k} {fmt(v)}" for k, v in view.baseline_values.items())
+        out += [f"Best trial {view.best_number} (train window): {values}"
+                + (f"; baseline trial: {base}" if base else "") + ".", ""]
+    out += _table(["weight", "value"], [[k, fmt(v)] for k, v in weights.items()])
+    where = ("best_weights.contextkit.json (pastes into `Memory.from_config`)"
+             if results.snippet is not None else "no ContextKit snippet in this bundle")
+    return [*out, "", f"Config snippet: {where}.", ""]
+
+
+def _audit_section(results: Results) -> list[str]:
+    out = ["## Isolation audit", ""]
+    audit = results.audit
+    if audit is None:
+        return [*out, "Not in this bundle: isolation/audit.parquet is absent.", ""]
+    rows = []
+    cells = {(r["arm"], r["mode"]): r for r in audit.iter_rows(named=True)}
+    for arm in audit.get_column("arm").unique(maintain_order=True).to_list():
+        row = [arm]
+        for mode in ("compat", "strict"):
+            r = cells.get((arm, mode))
+            row.append("–" if r is None else
+                       f"{fmt(r['leaked'])} of {fmt(r['returned'])} ({fmt(r['leaked_searches'])} "
+                       "searches)")
+        rows.append(row)
+    out += ["Returned results from a tenant or role the searcher may not see (test window); "
+            "compat = the library, strict = graph neighbours judged too.", ""]
+    return [*out, *_table(["arm", "leaked, compat", "leaked, strict"], rows), ""]
+
+
+def _provenance_section(results: Results) -> list[str]:
+    items = provenance_items(results.provenance)
+    if not items:
+        return ["## Provenance", "", "Not in this bundle: provenance.json is absent.", ""]
+    return ["## Provenance", "", *(f"- **{label}**: {_cell(value)}" for label, value in items),
+            ""]
+
+
+def render_markdown(results: Results) -> str:
+    """The summary of `results` as markdown text (ends with one newline)."""
+    record = results.provenance or {}
+    metric = primary_metric(results.provenance, results.test_comparison,
+                            results.ablation_comparison, results.ablation_summary)
+    config = record.get("config") or {}
+    min_support = (config.get("metrics") or {}).get("min_support")
+    metrics = []
+    for frame in (results.ablation_comparison, results.test_comparison):
+        if frame is not None:
+            metrics += [m for m in frame.get_column("metric").unique(maintain_order=True)
+                        if m not in metrics]
+    title = record.get("experiment") or results.folder.name
+    out = [f"# msprlab report: {title}", "",
+           f"Bundle `{results.folder.name}`, command `{record.get('command', 'unknown')}`."
+           f" Primary metric: {metric or 'none'}. All numbers are measured on the test window "
+           "of the time split unless marked train.", ""]
+    if results.missing:
+        out += ["Not in this bundle: " + ", ".join(f"`{m}`" for m in results.missing) + ".",
+                ""]
+    if metric is not None:
+        out += _test_section(results, metric, min_support)
+    out += _ablation_section(results, metrics)
+    out += _weights_section(results)
+    out += _audit_section(results)
+    out += _provenance_section(results)
+    return "\n".join(out).rstrip("\n") + "\n"

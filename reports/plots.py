@@ -1,0 +1,254 @@
+"""The report's figures as PNG bytes, identical for identical input.
+
+Figures are built on `matplotlib.figure.Figure` with the Agg canvas, never through pyplot,
+so rendering a report touches no global backend or figure registry. Determinism: every
+figure is drawn under matplotlib's default style plus `STYLE` (fixed font, sizes and SVG
+hash salt, whatever the user's matplotlibrc says), at a fixed size and `DPI`, and saved
+without the "Software" PNG text chunk (which would carry the matplotlib version); Agg PNGs
+carry no timestamp. Same input and same matplotlib give the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+
+import matplotlib as mpl
+import matplotlib.style
+import numpy as np
+import polars as pl
+from matplotlib.artist import Artist
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.collections import LineCollection
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+
+__all__ = ["DPI", "STYLE", "ablation_chart", "history_chart", "importance_chart",
+           "parallel_chart"]
+
+DPI = 100
+STYLE: dict[str, object] = {
+    "font.family": "DejaVu Sans",     # bundled with matplotlib: same glyphs everywhere
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "svg.hashsalt": "msprlab",
+    "svg.fonttype": "none",
+    "path.simplify": False,           # every point drawn, nothing depends on the view
+}
+_ARM_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                "#7f7f7f", "#bcbd22", "#17becf")
+_GROUPINGS = (("overall", "overall"), ("intent", "by intent label"),
+              ("question_type", "by question type"))
+
+
+def _png(figure: Figure) -> bytes:
+    FigureCanvasAgg(figure)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _figure(width: float, height: float) -> Figure:
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def _styled() -> AbstractContextManager[None]:
+    return matplotlib.style.context(["default", STYLE])
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def ablation_chart(comparison: pl.DataFrame, metric: str, alpha: float = 0.05) -> bytes:
+    """Horizontal bars of each arm's mean paired delta against the baseline, with its CI as
+    whiskers, one panel per grouping (overall, intent, question type).
+
+    Groups below the minimum support are drawn faded and their label ends in "†"; a bar
+    with an adjusted p (`p_t_adj` or `p_perm_adj`) below `alpha` gets a "*" past its
+    whisker.
+    """
+    rows = comparison.filter(pl.col("metric") == metric)
+    arms = rows.get_column("arm").unique(maintain_order=True).to_list()
+    panels = []
+    for group_by, title in _GROUPINGS:
+        part = rows.filter(pl.col("group_by") == group_by)
+        if part.height:
+            groups = part.select("group", "n", "low_support").unique(
+                "group", maintain_order=True).rows()
+            panels.append((title, part, groups))
+    if not panels:
+        raise ValueError(f"ablation_chart: no comparison rows for metric {metric!r}")
+    row = max(0.3, 0.16 * len(arms))  # inches per group
+    heights = [row * len(groups) + 0.55 for _, _, groups in panels]
+    with _styled():
+        figure = _figure(8.0, sum(heights) + 0.9)
+        axes = figure.subplots(len(panels), 1, squeeze=False,
+                               gridspec_kw={"height_ratios": heights})[:, 0]
+        bar = 0.8 / max(1, len(arms))
+        labelled: set[str] = set()
+        for ax, (title, part, groups) in zip(axes, panels, strict=True):
+            for a, arm in enumerate(arms):
+                mine = {r["group"]: r for r in part.filter(pl.col("arm") == arm)
+                        .iter_rows(named=True)}
+                for g, (group, _, _) in enumerate(groups):
+                    r = mine.get(group)
+                    if r is None or not _finite(r["delta"]):
+                        continue
+                    y = g + (a - (len(arms) - 1) / 2) * bar
+                    err = None
+                    if _finite(r["ci_low"]) and _finite(r["ci_high"]):
+                        err = [[r["delta"] - r["ci_low"]], [r["ci_high"] - r["delta"]]]
+                    ax.barh(y, r["delta"], height=bar * 0.9, xerr=err,
+                            color=_ARM_COLOURS[a % len(_ARM_COLOURS)],
+                            alpha=0.35 if r["low_support"] else 0.9,
+                            error_kw={"elinewidth": 0.8, "capsize": 1.5, "ecolor": "#333333"},
+                            label=None if arm in labelled else arm)
+                    labelled.add(arm)
+                    if any(_finite(p) and p < alpha for p in (r["p_t_adj"], r["p_perm_adj"])):
+                        end = r["ci_high"] if _finite(r["ci_high"]) else r["delta"]
+                        ax.text(max(end, r["delta"]), y, " *", va="center", fontsize=8)
+            ax.set_yticks(range(len(groups)), [
+                f"{'overall' if group is None else group}  (n={n:,}){' †' if low else ''}"
+                for group, n, low in groups])
+            ax.set_ylim(len(groups) - 0.5, -0.5)
+            ax.axvline(0.0, color="#333333", linewidth=0.8)
+            ax.set_title(title, loc="left")
+            ax.grid(axis="y", visible=False)
+        axes[-1].set_xlabel(f"{metric}: arm − baseline (mean paired delta, 95% CI)")
+        unique: dict[str, Artist] = {}
+        for ax in axes:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                unique.setdefault(label, handle)
+        figure.legend(list(unique.values()), list(unique.keys()), loc="outside upper center",
+                      ncols=min(len(unique), 6), frameon=False)
+        return _png(figure)
+
+
+def history_chart(trials: pl.DataFrame, objective: str, *, maximize: bool = True) -> bytes:
+    """Objective value per trial (complete trials) and the best value so far; the baseline
+    trial (column `baseline`, when present) is marked and drawn as a reference line."""
+    done = trials.filter(pl.col("state") == "COMPLETE", pl.col(objective).is_not_null(),
+                         pl.col(objective).is_not_nan()).sort("number")
+    x = done.get_column("number").to_numpy()
+    y = done.get_column(objective).to_numpy().astype(np.float64)
+    with _styled():
+        figure = _figure(8.0, 3.2)
+        ax = figure.subplots()
+        ax.scatter(x, y, s=10, color="#1f77b4", alpha=0.6, label="trial", linewidths=0)
+        if y.size:
+            best = np.maximum.accumulate(y) if maximize else np.minimum.accumulate(y)
+            ax.step(x, best, where="post", color="#d62728", linewidth=1.5, label="best so far")
+        if "baseline" in done.columns:
+            base = done.filter(pl.col("baseline"))
+            if base.height:
+                value = float(base.get_column(objective)[0])
+                ax.axhline(value, color="#555555", linestyle="--", linewidth=0.8)
+                ax.scatter(base.get_column("number").to_numpy(), [value], marker="D", s=30,
+                           color="#ff7f0e", zorder=3, label=f"baseline ({value:.4f})")
+        ax.set_xlabel("trial number")
+        ax.set_ylabel(objective)
+        ax.set_title(f"optimisation history: {objective} "
+                     f"({'maximised' if maximize else 'minimised'})", loc="left")
+        ax.legend(loc="best", frameon=False)
+        return _png(figure)
+
+
+def importance_chart(importance: Mapping[str, Mapping[str, float]]) -> bytes:
+    """PED-ANOVA importance of each searched weight, one bar group per objective; weights
+    sorted by their importance for the first objective (ties by name)."""
+    objectives = list(importance)
+    if not objectives:
+        raise ValueError("importance_chart: no importance values")
+    first = importance[objectives[0]]
+    params = sorted({p for values in importance.values() for p in values},
+                    key=lambda p: (-first.get(p, 0.0), p))
+    with _styled():
+        figure = _figure(8.0, 0.35 * len(params) * max(1, len(objectives)) + 1.0)
+        ax = figure.subplots()
+        bar = 0.8 / len(objectives)
+        for k, objective in enumerate(objectives):
+            values = [float(importance[objective].get(p, 0.0)) for p in params]
+            ys = np.arange(len(params)) + (k - (len(objectives) - 1) / 2) * bar
+            ax.barh(ys, values, height=bar * 0.9, color=_ARM_COLOURS[k % len(_ARM_COLOURS)],
+                    label=objective)
+            for y, v in zip(ys, values, strict=True):
+                ax.text(v, y, f" {v:.3f}", va="center", fontsize=8)
+        ax.set_yticks(range(len(params)), params)
+        ax.set_ylim(len(params) - 0.5, -0.5)
+        ax.set_xlim(0, max(1.0, ax.get_xlim()[1]) * 1.05)
+        ax.set_xlabel("PED-ANOVA importance (sums to 1 per objective)")
+        ax.set_title("parameter importance", loc="left")
+        ax.grid(axis="y", visible=False)
+        if len(objectives) > 1:
+            ax.legend(frameon=False, loc="lower right")
+        return _png(figure)
+
+
+def parallel_chart(trials: pl.DataFrame, params: Sequence[str], objective: str, *,
+                   ranges: Mapping[str, tuple[float, float]] | None = None,
+                   best_number: int | None = None) -> bytes:
+    """Parallel coordinates: one line per complete trial across the weight axes and the
+    objective, coloured by the objective; the best trial is drawn in red on top.
+
+    Each axis is scaled to [0, 1] by its searched range (`ranges`) when given, else by the
+    values seen; the ends of each axis are labelled with the values they stand for.
+    """
+    done = trials.filter(pl.col("state") == "COMPLETE", pl.col(objective).is_not_null(),
+                         pl.col(objective).is_not_nan()).sort(objective, "number")
+    columns = [*params, objective]
+    values = done.select(columns).to_numpy().astype(np.float64)
+    bounds = []
+    for j, name in enumerate(columns):
+        if ranges is not None and name in ranges:
+            low, high = ranges[name]
+        else:
+            low = float(values[:, j].min()) if values.size else 0.0
+            high = float(values[:, j].max()) if values.size else 1.0
+        bounds.append((low, high))
+    scaled = np.column_stack([
+        (values[:, j] - low) / (high - low) if high > low else np.full(len(values), 0.5)
+        for j, (low, high) in enumerate(bounds)]) if values.size else values
+    xs = np.arange(len(columns), dtype=np.float64)
+    with _styled():
+        figure = _figure(9.0, 3.8)
+        ax = figure.subplots()
+        norm = Normalize(*(bounds[-1] if bounds[-1][1] > bounds[-1][0]
+                           else (bounds[-1][0] - 1, bounds[-1][1] + 1)))
+        colours = mpl.colormaps["viridis"](norm(values[:, -1])) if values.size else None
+        lines = [np.column_stack([xs, row]) for row in scaled]
+        ax.add_collection(LineCollection(lines, colors=colours, linewidths=0.8, alpha=0.6))
+        if best_number is not None:
+            best = done.with_row_index("row").filter(pl.col("number") == best_number)
+            if best.height:
+                row = scaled[int(best.get_column("row")[0])]
+                ax.plot(xs, row, color="#d62728", linewidth=2.0, label=f"best (trial "
+                        f"{best_number})", zorder=3)
+                ax.legend(loc="upper left", bbox_to_anchor=(0, -0.12), frameon=False)
+        for x, (low, high) in zip(xs, bounds, strict=True):
+            ax.axvline(x, color="#333333", linewidth=0.8)
+            for y, value, va in ((-0.04, low, "top"), (1.04, high, "bottom")):
+                ax.text(x, y, f"{value:.3g}", ha="center", va=va, fontsize=7,
+                        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white",
+                              "edgecolor": "none"})
+        ax.set_xlim(-0.2, len(columns) - 0.8)
+        ax.set_ylim(-0.12, 1.12)
+        ax.set_xticks(xs, columns, rotation=0)
+        ax.tick_params(axis="x", pad=14)
+        ax.set_yticks([])
+        ax.grid(False)
+        for side in ("left", "bottom"):
+            ax.spines[side].set_visible(False)
+        figure.colorbar(ScalarMappable(norm=norm, cmap="viridis"), ax=ax, label=objective,
+                        pad=0.01)
+        scale = "their searched range" if ranges else "the values tried"
+        ax.set_title(f"weights of {len(done):,} complete trials, coloured by {objective} "
+                     f"(axes scaled to {scale})", loc="left")
+        return _png(figure)

@@ -1,0 +1,367 @@
+"""`msprlab report`: the bundle reader, the markdown and HTML renderers, the command line.
+
+The fixture bundle `tests/fixtures/report_bundle/locomo-fixture-run-20260105-100000/` is
+built by `tests/fixtures/report_bundle/make_bundle.py` (deterministic). The golden summary
+`tests/fixtures/report_bundle/summary.golden.md` holds the markdown with timestamps
+normalised; after an intended change to the summary, regenerate it with
+
+    cd tests && ../.venv/bin/python -c "import test_report as t; t.regenerate_golden()"
+
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from msprlab.experiments.cli import main
+from msprlab.reports import BundleError, load_bundle, plots, render_html, render_markdown
+from msprlab.reports._format import fmt, fmt_p, significance
+from msprlab.reports.study import study_view
+
+FIXTURES = Path(__file__).parent / "fixtures" / "report_bundle"
+BUNDLE = FIXTURES / "locomo-fixture-run-20260105-100000"
+GOLDEN = FIXTURES / "summary.golden.md"
+CHROMIUM = Path("/usr/bin/chromium")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def normalise(text: str) -> str:
+    return _TIMESTAMP.sub("<timestamp>", text)
+
+
+def regenerate_golden() -> None:
+    """Rewrite the golden summary from the fixture bundle (see the module docstring)."""
+    GOLDEN.write_text(normalise(render_markdown(load_bundle(BUNDLE))), encoding="utf-8")
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    """A writable copy of the fixture bundle (same folder name)."""
+    return Path(shutil.copytree(BUNDLE, tmp_path / BUNDLE.name))
+
+
+@pytest.fixture(scope="module")
+def fixture_html() -> str:
+    """The fixture bundle's HTML, rendered once for the module."""
+    return render_html(load_bundle(BUNDLE))
+
+
+def images(html: str) -> list[bytes]:
+    found = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    return [base64.b64decode(b) for b in found]
+
+
+# ---- the bundle reader ---------------------------------------------------------------------
+
+def test_fixture_bundle_is_complete_and_small():
+    results = load_bundle(BUNDLE)
+    assert results.missing == ()
+    assert results.ablation_per_query == {"all": 120, "baseline": 120, "frequency": 120,
+                                          "personal": 120}
+    assert results.test_runs == {"baseline": 9, "tuned": 9}
+    size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
+    assert size < 200_000, f"report fixtures hold {size:,} bytes; keep them under 200 KB"
+
+
+def test_not_a_bundle_names_the_files_looked_for(tmp_path: Path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(BundleError, match=r"is not a results bundle: none of "
+                                          r"ablation/summary\.parquet, .*study/trials\.parquet"
+                                          r".*\(found: notes\.txt\)"):
+        load_bundle(tmp_path)
+
+
+def test_a_part_without_its_columns_is_an_error_naming_file_and_columns(bundle: Path):
+    path = bundle / "test" / "comparison.parquet"
+    pl.read_parquet(path).drop("p_t_adj", "correction").write_parquet(path)
+    with pytest.raises(BundleError, match=r"test/comparison\.parquet: missing column\(s\) "
+                                          r"\['p_t_adj', 'correction'\]"):
+        load_bundle(bundle)
+
+
+def test_malformed_json_is_an_error_naming_the_file(bundle: Path):
+    (bundle / "study" / "summary.json").write_text("{not json")
+    with pytest.raises(BundleError, match=r"study/summary\.json: not valid JSON"):
+        load_bundle(bundle)
+
+
+# ---- formatting and the study view ---------------------------------------------------------
+
+@pytest.mark.parametrize(("p_t", "p_perm", "marks"), [
+    (0.01, 0.2, "t"), (0.2, 0.01, "perm"), (0.049, 0.001, "t, perm"), (0.05, 0.05, ""),
+    (math.nan, 0.01, "perm"), (None, None, ""),
+])
+def test_significance_marks_adjusted_tests_below_alpha(p_t, p_perm, marks):
+    assert significance(p_t, p_perm) == marks
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0.12345, "0.1235"), (math.nan, "–"), (None, "–"), (1234, "1,234"), (True, "yes"),
+    ("tuned", "tuned"),
+])
+def test_fmt(value, text):
+    assert fmt(value) == text
+
+
+def test_fmt_p():
+    assert [fmt_p(p) for p in (0.0004, 0.0123, math.nan)] == ["<0.001", "0.012", "–"]
+
+
+def test_study_view_reads_the_summary():
+    results = load_bundle(BUNDLE)
+    view = study_view(results.trials, results.study)
+    assert view.objectives == ("ndcg@10",)
+    assert (view.best_number, view.best_values) == (41, {"ndcg@10": 0.1712})
+    assert view.best_weights["beta_bm25"] == 0.62
+    assert view.baseline_values == {"ndcg@10": 0.151}
+    assert view.counts == {"COMPLETE": 59, "FAIL": 1}
+    assert set(view.importance["ndcg@10"]) == set(view.params)
+
+
+def test_study_view_without_a_summary_takes_the_best_complete_trial():
+    trials = load_bundle(BUNDLE).trials
+    assert trials is not None
+    view = study_view(trials, None)
+    best = trials.filter(pl.col("state") == "COMPLETE").sort("ndcg@10", descending=True).row(
+        0, named=True)
+    assert view.objectives == ("ndcg@10",)  # the numeric column that is not a weight
+    assert view.best_number == best["number"] == 41
+    assert view.importance == {}
+    assert len(view.params) == 6  # every weight varies, so every weight was searched
+
+
+def test_study_view_accepts_flat_importance():
+    view = study_view(None, {"objectives": [], "importance": {"alpha_dense": 0.7,
+                                                               "beta_bm25": 0.3}})
+    assert view.importance == {"objective": {"alpha_dense": 0.7, "beta_bm25": 0.3}}
+
+
+# ---- markdown ------------------------------------------------------------------------------
+
+def test_markdown_summary_matches_the_golden_file():
+    assert normalise(render_markdown(load_bundle(BUNDLE))) == GOLDEN.read_text(encoding="utf-8")
+
+
+def test_markdown_holds_headline_tables_and_provenance():
+    text = render_markdown(load_bundle(BUNDLE))
+    for needle in ("### By intent label", "### By question type",
+                   "## Ablation: change against the baseline, overall",
+                   "| EXPLORATORY † | 6 |",            # below the minimum support of 20
+                   "Holm over 24 rows",                 # the method, from the frame
+                   "**data digest**: d1ge57", "**git commit**: 0123456789abcdef",
+                   "run 5f1e5f1e5f1e5f1e5f1e5f1e5f1e5f1e"):
+        assert needle in text, needle
+
+
+# ---- HTML ----------------------------------------------------------------------------------
+
+def test_html_is_self_contained_with_png_images(fixture_html: str):
+    html = fixture_html
+    assert not re.search(r"(src|href)=\"(?!data:|#)", html), "a non-inline resource"
+    assert "<script" not in html and "<link" not in html and "@import" not in html
+    pngs = images(html)
+    # test-window chart, ablation chart, history, importance, parallel coordinates
+    assert len(pngs) == 5
+    assert all(p.startswith(PNG_SIGNATURE) for p in pngs)
+    assert all(b"Software" not in p and b"matplotlib" not in p for p in pngs)
+    for needle in ("1. Test window", "2. Ablation ladder", "3. Weight search",
+                   "4. Recommended weights", "5. Isolation audit", "6. Provenance",
+                   "&#34;beta_bm25&#34;: 0.62", "Holm over 24 rows", '<th colspan="4">strict</th>',
+                   "PED-ANOVA (optuna.importance)", "best trial (41)"):
+        assert needle in html, needle
+
+
+def test_html_rendering_is_byte_identical(fixture_html: str):
+    assert render_html(load_bundle(BUNDLE)) == fixture_html
+
+
+@pytest.mark.slow
+def test_html_rendering_is_byte_identical_across_processes(fixture_html: str, tmp_path: Path):
+    """Another interpreter, hash seed and default backend give the same bytes."""
+    code = ("import sys; from msprlab.reports import load_bundle, render_html; "
+            "sys.stdout.write(render_html(load_bundle(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", code, str(BUNDLE)], capture_output=True,
+                          timeout=120, env={"PYTHONHASHSEED": "12345", "MPLBACKEND": "pdf",
+                                            "PATH": "/usr/bin:/bin",
+                                            "MPLCONFIGDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode() == fixture_html
+
+
+def test_html_does_not_depend_on_where_the_bundle_sits(bundle: Path, fixture_html: str):
+    assert render_html(load_bundle(bundle)) == fixture_html
+
+
+def test_png_bytes_are_identical_for_identical_input():
+    comparison = load_bundle(BUNDLE).ablation_comparison
+    assert comparison is not None
+    one = plots.ablation_chart(comparison, "ndcg@10")
+    assert one == plots.ablation_chart(comparison.clone(), "ndcg@10")
+    assert one != plots.ablation_chart(comparison, "mrr")
+
+
+@pytest.mark.parametrize(("remove", "html_note", "md_note"), [
+    (["study", "test", "best_weights.contextkit.json"],
+     "Not in this bundle: study/trials.parquet, study/summary.json.",
+     "Not in this bundle (no test/comparison.parquet)"),
+    (["ablation"], "Not in this bundle: ablation/.",
+     "Not in this bundle: the bundle has no ablation/ (a `tune` run)."),
+    (["isolation"], "Not in this bundle: isolation/audit.parquet.",
+     "Not in this bundle: isolation/audit.parquet is absent."),
+    (["provenance.json"], "Not in this bundle: provenance.json.",
+     "Not in this bundle: provenance.json is absent."),
+    (["study/summary.json"], "Parameter importance: not in this bundle",
+     "Not in this bundle: `study/summary.json`."),
+])
+def test_missing_parts_render_with_a_note(bundle: Path, remove, html_note, md_note):
+    for part in remove:
+        path = bundle / part
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    results = load_bundle(bundle)
+    html, text = render_html(results), render_markdown(results)
+    assert html_note in html
+    assert md_note in text
+    assert all(p.startswith(PNG_SIGNATURE) for p in images(html))
+
+
+def test_an_ablate_bundle_renders_its_ablation(bundle: Path):
+    for part in ("study", "test", "best_weights.contextkit.json", "isolation"):
+        path = bundle / part
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    html = render_html(load_bundle(bundle))
+    assert len(images(html)) == 1  # the ablation chart
+    assert "ndcg@10 change against the baseline, by intent label" in html
+
+
+# ---- the command line ----------------------------------------------------------------------
+
+def test_report_writes_into_the_bundle_and_prints_the_paths(bundle: Path, capsys,
+                                                            fixture_html: str):
+    assert main(["report", str(bundle)]) == 0
+    out = capsys.readouterr().out
+    html, md = bundle / "report.html", bundle / "summary.md"
+    assert f"report: {html}" in out and f"summary: {md}" in out
+    assert html.read_text(encoding="utf-8") == fixture_html
+    assert md.read_text(encoding="utf-8") == render_markdown(load_bundle(BUNDLE))
+
+
+def test_report_out_folder(bundle: Path, tmp_path: Path):
+    out = tmp_path / "rendered" / "here"
+    assert main(["report", str(bundle), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "summary.md"]
+    assert not (bundle / "report.html").exists()
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("", r"is not a results bundle: none of ablation/summary\.parquet"),
+    ("nope", r"nope: no such folder, and not an MLflow run id"),
+    ("file.txt", r"file\.txt: a file, not a folder"),
+])
+def test_report_exits_2_when_run_is_not_a_bundle(tmp_path: Path, capsys, name, message):
+    (tmp_path / "file.txt").write_text("not a bundle")
+    assert main(["report", str(tmp_path / name)]) == 2
+    assert re.search(message, " ".join(capsys.readouterr().out.split()))
+
+
+def test_report_help_explains_run(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["report", "--help"])
+    assert stop.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "an MLflow run id (32 hex digits)" in text and "--tracking-uri" in text
+
+
+def test_report_from_a_run_id_downloads_its_artifacts(tmp_path: Path, monkeypatch, capsys):
+    mlflow_artifacts = pytest.importorskip("mlflow.artifacts")
+    calls = []
+
+    def download(*, run_id, tracking_uri, dst_path):
+        calls.append((run_id, tracking_uri, dst_path))
+        shutil.copytree(BUNDLE, dst_path, dirs_exist_ok=True)
+        return dst_path
+
+    monkeypatch.setattr(mlflow_artifacts, "download_artifacts", download)
+    monkeypatch.chdir(tmp_path)
+    run_id = "ab" * 16
+    assert main(["report", run_id, "--tracking-uri", "sqlite:///x.db"]) == 0
+    assert calls == [(run_id, "sqlite:///x.db", str(Path("out") / f"mlflow-{run_id}"))]
+    assert (tmp_path / "out" / f"mlflow-{run_id}" / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_report_from_a_real_mlflow_run(tmp_path: Path, monkeypatch, capsys):
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.create_experiment("report-test",
+                                          artifact_location=(tmp_path / "art").as_uri())
+    with mlflow.start_run(experiment_id=experiment) as run:
+        mlflow.log_artifacts(str(BUNDLE))
+    out = tmp_path / "rendered"
+    assert main(["report", run.info.run_id, "--tracking-uri", uri, "--out", str(out)]) == 0
+    assert (out / "summary.md").read_text(encoding="utf-8") == render_markdown(
+        load_bundle(BUNDLE)).replace(f"Bundle `{BUNDLE.name}`", "Bundle `rendered`")
+    assert main(["report", "cd" * 16, "--tracking-uri", uri]) == 2
+    assert "not found" in capsys.readouterr().out
+
+
+# ---- headless Chromium ---------------------------------------------------------------------
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", *args],
+        capture_output=True, timeout=180, check=False)
+
+
+def _near(pixels: np.ndarray, rgb: tuple[int, int, int], tolerance: int = 14) -> np.ndarray:
+    return (np.abs(pixels[..., :3].astype(int) - np.array(rgb)) <= tolerance).all(axis=-1)
+
+
+@pytest.mark.skipif(not CHROMIUM.is_file(),
+                    reason=f"{CHROMIUM} is absent: install Debian's chromium (apt-get install "
+                           "chromium) to render the report in a real browser")
+def test_report_renders_in_headless_chromium(fixture_html: str, tmp_path: Path):
+    from PIL import Image
+
+    page = tmp_path / "report.html"
+    page.write_text(fixture_html, encoding="utf-8")
+    url = page.as_uri()
+    shot = tmp_path / "shot.png"
+    started = time.perf_counter()
+    done = _chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,4000", url)
+    assert done.returncode == 0 and shot.is_file(), done.stderr.decode()[-2000:]
+    assert shot.read_bytes().startswith(PNG_SIGNATURE)
+    pixels = np.asarray(Image.open(shot).convert("RGB"))
+    assert pixels.shape == (4000, 1280, 3)
+    # Non-blank wherever the page has content: every 500-px band of the top 3,500 px
+    # (header, tables, the two delta charts, the ablation matrices) varies.
+    for top in range(0, 3500, 500):
+        band = pixels[top:top + 500]
+        assert band.std() > 10, f"band {top}-{top + 500} px is blank (std {band.std():.1f})"
+    # The figures were decoded and drawn: the first arm's bar colour (#1f77b4 at alpha 0.9
+    # on white) covers many pixels; the tables were styled: header cells (#f2f4f7) show.
+    assert _near(pixels, (53, 132, 188)).sum() > 5_000
+    assert _near(pixels, (242, 244, 247), tolerance=2).sum() > 5_000
+    dom = _chromium(tmp_path, "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr.decode()[-2000:]
+    text = dom.stdout.decode()
+    assert text.count("<img ") == 5
+    assert text.count("<table") >= 10
+    assert 'id="isolation"' in text and '<th colspan="4">compat</th>' in text
+    assert time.perf_counter() - started < 60

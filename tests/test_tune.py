@@ -1,0 +1,259 @@
+"""Optuna search over the weights: baseline first, seeded, resumable, parallel, clear errors.
+
+One small generated log (3 users, 80 searches) replayed once; every study runs on its
+scorer with a journal file in the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import optuna
+import polars as pl
+import pytest
+
+from msprlab.datasets.clicks import PositionBasedModel
+from msprlab.datasets.simulate import simulate_log
+from msprlab.datasets.synthetic import SyntheticSpec, generate_synthetic
+from msprlab.engine import config_from_dict
+from msprlab.engine.batch import WEIGHTS
+from msprlab.experiments import tune as tune_module
+from msprlab.experiments.evaluation import Arm, Scorer, arm_of, weights_of
+from msprlab.experiments.metrics import parse_metric
+from msprlab.experiments.replay import replay
+from msprlab.experiments.replay_cli import all_signals_config
+from msprlab.experiments.tune import (
+    MIN_IMPORTANCE_TRIALS,
+    Objective,
+    SearchSpace,
+    TrialRecord,
+    best_config_snippet,
+    tune,
+)
+
+NEW = ("epsilon_frequency", "delta_personal", "zeta_success")
+
+
+@pytest.fixture
+def journal_dir() -> Iterator[Path]:
+    """A fresh folder for the journals, in memory (tmpfs) where there is one: every journal
+    write is fsync'ed, which costs milliseconds on a busy disk and tests nothing here."""
+    shm = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(prefix="test-tune-",
+                                     dir=shm if shm.is_dir() else None) as folder:
+        yield Path(folder)
+
+
+@cache
+def scorer() -> Scorer:
+    spec = SyntheticSpec(n_users=3, memories_per_user=20, queries_per_user=4, span_days=3.0)
+    ds, truth = generate_synthetic(spec, seed=1)
+    log = simulate_log(ds, logging_config=all_signals_config(),
+                       click_model=PositionBasedModel(), n_searches=80, seed=1,
+                       mean_gap_seconds=900.0, query_vectors=truth.query_vectors)
+    table = replay(log, all_signals_config())
+    return Scorer.of(table, [parse_metric("ndcg@10"), parse_metric("recall@10")])
+
+
+def base() -> Arm:
+    return arm_of("base", all_signals_config())
+
+
+def run(journal_dir: Path, name: str = "study", n_trials: int = 8, **options):
+    options.setdefault("space", SearchSpace.unit(NEW))
+    options.setdefault("objectives", [Objective("ndcg@10")])
+    return tune(scorer(), base(), options.pop("space"), options.pop("objectives"),
+                n_trials=n_trials, study_name=name, storage=journal_dir / f"{name}.journal",
+                **options)
+
+
+def test_the_baseline_is_trial_zero_and_scores_as_the_base_arm(journal_dir: Path) -> None:
+    seen: list[TrialRecord] = []
+    counts: list[tuple[int, int]] = []
+    result = run(journal_dir, on_trial=seen.append, progress=lambda d, t: counts.append((d, t)))
+    first = result.trials.row(0, named=True)
+    assert first["number"] == 0 and first["baseline"] and first["state"] == "COMPLETE"
+    assert tuple(first[name] for name in WEIGHTS) == base().weights
+    assert first["ndcg@10"] == pytest.approx(scorer().mean(base(), "ndcg@10"), abs=1e-12)
+    assert result.trials["baseline"].sum() == 1
+    assert [r.number for r in seen] == list(range(8)) and seen[0].baseline
+    assert counts == [(i, 8) for i in range(1, 9)]
+    # unsearched weights keep the base arm's values in every trial
+    assert (result.trials.select(WEIGHTS[:3]).unique().rows() == [base().weights[:3]])
+    best = result.best[0]
+    assert result.best_values[0][0] == pytest.approx(scorer().mean(best, "ndcg@10"), abs=1e-12)
+    assert result.best_values[0][0] == result.trials["ndcg@10"].max()
+
+
+def test_same_seed_same_trials_and_best_weights(journal_dir: Path) -> None:
+    a = run(journal_dir, "a", n_trials=14, seed=3)
+    b = run(journal_dir, "b", n_trials=14, seed=3)
+    c = run(journal_dir, "c", n_trials=14, seed=4)
+    columns = ["number", "state", "ndcg@10", *WEIGHTS]
+    assert a.trials.select(columns).equals(b.trials.select(columns))
+    assert a.best[0].weights == b.best[0].weights
+    assert not a.trials.select(columns).equals(c.trials.select(columns))
+
+
+def test_resume_runs_only_the_missing_trials_and_keeps_one_baseline(journal_dir: Path) -> None:
+    first = run(journal_dir, n_trials=5, sampler="random")
+    # a process killed mid-trial leaves a RUNNING trial in the journal
+    study = optuna.load_study(study_name="study", storage=first.study._storage)
+    zombie = study.ask()
+    resumed = run(journal_dir, n_trials=10, sampler="random")
+    frame = resumed.trials
+    assert frame.height == 10 and frame["number"].n_unique() == 10
+    assert frame["baseline"].sum() == 1 and frame.filter(pl.col("baseline"))["number"][0] == 0
+    assert frame.head(5).equals(first.trials)
+    # the resumed sampler does not replay the first call's proposals
+    assert frame["number"].to_list() == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10]  # 5 is the zombie
+    assert not frame.slice(5, 4).select(NEW).equals(first.trials.slice(1, 4).select(NEW))
+    assert any(f"[{zombie.number}]" in note and "RUNNING" in note for note in resumed.notes)
+    again = run(journal_dir, n_trials=10, sampler="random")
+    assert again.trials.equals(frame)
+
+
+def test_resuming_with_other_settings_is_refused(journal_dir: Path) -> None:
+    run(journal_dir, n_trials=2)
+    with pytest.raises(ValueError, match=r"created for other settings \(space: .*pick another"):
+        run(journal_dir, n_trials=3, space=SearchSpace.unit(("zeta_success",)))
+
+
+def test_two_processes_share_one_journal(journal_dir: Path) -> None:
+    seen: list[int] = []
+    result = run(journal_dir, n_trials=24, workers=2, on_trial=lambda r: seen.append(r.number))
+    assert result.trials.height == 24 and sorted(seen) == list(range(24))
+    assert result.trials["baseline"].sum() == 1
+    assert (result.trials["state"] == "COMPLETE").all()
+    reloaded = optuna.load_study(study_name="study", storage=result.study._storage)
+    assert len(reloaded.trials) == 24
+
+
+def test_random_sampler_and_wilcoxon_pruner(journal_dir: Path) -> None:
+    random = run(journal_dir, "random", n_trials=6, sampler="random")
+    assert random.trials.height == 6
+    pruned = run(journal_dir, "wilcoxon", n_trials=12, pruner="wilcoxon")
+    assert set(pruned.trials["state"]) == {"COMPLETE", "PRUNED"}  # seeded: both happen
+    assert pruned.trials.height == 12
+    assert pruned.trials.filter(pl.col("state") == "PRUNED")["ndcg@10"].is_null().all()
+    # trial 0 reported every step; step k is the mean of block k of the covered searches
+    steps = pruned.study.trials[0].intermediate_values
+    covered = int((~np.isnan(scorer().values(base())["ndcg@10"])).sum())
+    sizes = [b.size for b in np.array_split(np.arange(covered), tune_module.WILCOXON_STEPS)]
+    assert sorted(steps) == list(range(tune_module.WILCOXON_STEPS))
+    weighted = sum(steps[k] * size for k, size in enumerate(sizes)) / covered
+    assert weighted == pytest.approx(pruned.trials["ndcg@10"][0], abs=1e-12)
+    for trial in pruned.study.trials:  # pruned at a check, after every PRUNE_EVERY steps
+        if trial.state == optuna.trial.TrialState.PRUNED:
+            assert len(trial.intermediate_values) % tune_module.PRUNE_EVERY == 0
+
+
+def test_cmaes_works_or_names_the_package_to_install(journal_dir: Path) -> None:
+    if importlib.util.find_spec("cmaes") is None:
+        with pytest.raises(ImportError, match="pip install cmaes"):
+            run(journal_dir, sampler="cmaes")
+    else:
+        assert run(journal_dir, n_trials=6, sampler="cmaes").trials.height == 6
+
+
+def test_two_objectives_give_a_pareto_front(journal_dir: Path) -> None:
+    objectives = [Objective("ndcg@10"), Objective("recall@10", intent="FACTUAL")]
+    result = run(journal_dir, n_trials=10, objectives=objectives, sampler="random")
+    labels = ["ndcg@10", "recall@10/intent/FACTUAL"]
+    assert set(labels) <= set(result.trials.columns)
+    points = result.trials.select(labels).rows()
+    front = set(result.best_values)
+    assert front and front <= set(points)
+    for p in front:  # nothing dominates a front point
+        assert not any(all(q[i] >= p[i] for i in range(2)) and q != p for q in points)
+    for arm, values in zip(result.best, result.best_values, strict=True):
+        assert scorer().mean(arm, "ndcg@10") == pytest.approx(values[0], abs=1e-12)
+
+
+def test_importance_needs_enough_trials(journal_dir: Path, monkeypatch) -> None:
+    few = run(journal_dir, "few", n_trials=5, sampler="random")
+    assert few.importance == {}
+    assert f"5 completed trials, PED-ANOVA needs at least {MIN_IMPORTANCE_TRIALS}" in few.notes[0]
+    monkeypatch.setattr(tune_module, "MIN_IMPORTANCE_TRIALS", 12)  # fewer trials, same path
+    enough = run(journal_dir, "enough", n_trials=12, sampler="random")
+    shares = enough.importance["ndcg@10"]
+    assert set(shares) == set(NEW) and sum(shares.values()) == pytest.approx(1.0)
+    two = run(journal_dir, "two", n_trials=12, sampler="random",
+              objectives=[Objective("ndcg@10"), Objective("recall@10")])
+    assert set(two.importance) == {"ndcg@10", "recall@10"}
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: SearchSpace({}), "name at least one weight"),
+    (lambda: SearchSpace({"alpha": (0.0, 1.0)}), r"unknown weights \['alpha'\]; the weights"),
+    (lambda: SearchSpace({"zeta_success": (0.5, 0.5)}), r"`0 <= low < high <= 1` must hold "
+                                                        r"for zeta_success, but got \(0.5, 0.5\)"),
+    (lambda: SearchSpace({"zeta_success": (0.0, 2.0)}), r"but got \(0.0, 2.0\)"),
+    (lambda: SearchSpace({"zeta_success": 1.0}), r"a \(low, high\) pair of numbers, got 1.0"),
+    (lambda: Objective("ndcg@ten"), "metric"),
+    (lambda: Objective("ndcg@10", intent="factual"), "intent must be one of FACTUAL"),
+])
+def test_bad_space_and_objective(make, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"objectives": [Objective("mrr")]}, ValueError, r"needs the scorer to compute mrr, but "
+                                                     r"it computes ndcg@10, recall@10"),
+    ({"objectives": []}, ValueError, "at least one Objective"),
+    ({"objectives": [Objective("ndcg@10"), Objective("ndcg@10")]}, ValueError, "must differ"),
+    ({"objectives": [Objective("ndcg@10"), Objective("recall@10")], "pruner": "wilcoxon"},
+     ValueError, "pruner='wilcoxon' handles a single objective"),
+    ({"space": SearchSpace({"alpha_dense": (0.6, 1.0)})}, ValueError,
+     r"base arm's alpha_dense = 0.55 lies outside its searched range \(0.6, 1.0\)"),
+    ({"n_trials": 0}, ValueError, r"`n_trials >= 1` must hold, but got 0"),
+    ({"workers": 0}, ValueError, r"`workers >= 1` must hold"),
+    ({"sampler": "grid"}, ValueError, "sampler must be one of tpe, cmaes, random"),
+])
+def test_bad_tune_arguments(journal_dir: Path, options, error, message) -> None:
+    with pytest.raises(error, match=message):
+        run(journal_dir, **options)
+
+
+def test_an_objective_must_cover_some_search(journal_dir: Path) -> None:
+    table = scorer().table
+    factual = Scorer.of(table.subset((table.searches["intent_label"] == "FACTUAL").to_numpy()),
+                        scorer().metrics)
+    with pytest.raises(ValueError, match=r"'ndcg@10/intent/EXPLORATORY' covers no train search "
+                                         r"with a relevant memory; .* \{'FACTUAL': 20\}"):
+        tune(factual, base(), SearchSpace.unit(NEW), [Objective("ndcg@10", intent="EXPLORATORY")],
+             n_trials=2, study_name="x", storage=journal_dir / "x.journal")
+
+
+def test_objective_labels_and_keys() -> None:
+    assert Objective("NDCG@10").label() == "ndcg@10"
+    assert Objective("ndcg@10", intent="FACTUAL").label() == "ndcg@10/intent/FACTUAL"
+    assert Objective("ndcg@10", intent="FACTUAL").key() == "ndcg_at_10/intent/FACTUAL"
+    assert list(SearchSpace({"zeta_success": (0, 1), "alpha_dense": (0, 0.5)}).ranges) == [
+        "alpha_dense", "zeta_success"]
+
+
+@pytest.mark.parametrize(("intent", "roles"), [(True, False), (False, True), (False, False)])
+def test_config_snippet_round_trips(intent: bool, roles: bool) -> None:
+    config = config_from_dict({**all_signals_config_dict(), "mspr": {
+        **all_signals_config_dict()["mspr"], "role": {"enabled": True, "hard_filter": False}}})
+    arm = Arm("tuned", (0.5, 0.125, 0.3, 0.7, 0.25, 1.0), intent=intent, roles=roles)
+    snippet = best_config_snippet(config, arm)
+    assert set(snippet) == {"context_graph", "mspr"}
+    assert snippet["context_graph"]["retrieval"] == dict(zip(WEIGHTS, arm.weights, strict=True))
+    back = config_from_dict(snippet)
+    assert weights_of(back) == arm.weights
+    assert arm_of("tuned", back) == arm
+    assert back.mspr.success.enabled and back.mspr.feedback.enabled
+    assert back.context_graph_enabled
+
+
+def all_signals_config_dict() -> dict:
+    from msprlab.experiments.replay_cli import ALL_SIGNALS
+    return ALL_SIGNALS
