@@ -38,6 +38,7 @@ others from the base arm), scores it on the train scorer with one vectorised
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import re
@@ -253,8 +254,9 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     sampler : "tpe", "cmaes" (one objective; needs `pip install cmaes`) or "random".
     pruner : "none" or "wilcoxon" (one objective; module docstring).
     storage : None (journal file `DEFAULT_STUDY_DIR/<study_name>.journal`), a journal file
-        path, or an RDB URL such as "postgresql://..." or "sqlite:///tune.db" (SQLite is
-        not recommended for parallel workers). A resumed study must have been created with
+        path, ":memory:" (a throwaway study: nothing to resume, one worker), or an RDB URL
+        such as "postgresql://..." or "sqlite:///tune.db" (SQLite is not recommended for
+        parallel workers). A resumed study must have been created with
         the same objectives, space, base arm, pruner and train data.
     workers : processes sharing the study (spawned); results are then not deterministic.
         Independent `tune` calls on one study also work, once the study exists (two
@@ -263,6 +265,9 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     on_trial : called with each newly finished trial's record.
     """
     objectives = tuple(objectives)
+    if str(storage) == MEMORY and workers != 1:
+        raise ValueError("tune: an in-memory study (storage=':memory:') cannot be shared by "
+                         f"{workers} worker processes; use a journal file or an RDB URL")
     _check_arguments(base, space, objectives, n_trials=n_trials, study_name=study_name,
                      seed=seed, sampler=sampler, pruner=pruner, workers=workers)
     objective = _prepare(train, base, space, objectives, pruner=pruner)
@@ -421,6 +426,9 @@ def _check_settings(study: optuna.Study, settings: dict[str, Any], spec: str) ->
                          "study_name")
 
 
+MEMORY = ":memory:"
+
+
 def _storage_spec(storage: str | Path | None, study_name: str) -> str:
     if storage is None:
         safe = re.sub(r"[^\w.-]", "_", study_name)
@@ -429,11 +437,34 @@ def _storage_spec(storage: str | Path | None, study_name: str) -> str:
 
 
 def _open_storage(spec: str) -> BaseStorage:
-    """An RDB URL, else a journal file (its folder is created)."""
+    """":memory:" (nothing kept), an RDB URL, else a journal file (its folder is created)."""
+    if spec == MEMORY:
+        return optuna.storages.InMemoryStorage()
     if _URL.match(spec):
         return RDBStorage(spec)
     Path(spec).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(spec))
+    return JournalStorage(ProcessSafeJournal(spec))
+
+
+class ProcessSafeJournal(JournalFileBackend):
+    """Optuna's journal file, appended under the same inter-process lock, without the
+    fsync after every append (about 8 per trial: half the study's time on this disk).
+
+    What is written is in the operating system's page cache before the append returns, so a
+    study whose process is killed resumes with every finished trial; only a crash of the
+    machine itself can lose the last appends, as with any unsynced file.
+    """
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        with self._lock_held():
+            lines = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
+            with open(self._file_path, "ab") as f:
+                f.write(lines.encode("utf-8"))
+                f.flush()
+
+    def _lock_held(self) -> Any:
+        from optuna.storages.journal._file import get_lock_file
+        return get_lock_file(self._lock)
 
 
 def _make_sampler(name: SamplerName, seed: tuple[int, int, int]) -> optuna.samplers.BaseSampler:
