@@ -20,6 +20,7 @@ import logging
 import os
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,7 +108,10 @@ class Tracker:
     def dataset(self, *, name: str, digest: str, source: str, context: str) -> None:
         from mlflow.data.dataset_source_registry import resolve_dataset_source
         from mlflow.data.meta_dataset import MetaDataset
-        data = MetaDataset(resolve_dataset_source(source), name=name, digest=digest[:32])
+        with warnings.catch_warnings():  # a local path matches two equivalent source kinds
+            warnings.simplefilter("ignore", UserWarning)
+            located = resolve_dataset_source(source)
+        data = MetaDataset(located, name=name, digest=digest[:32])
         self.mlflow.log_input(data, context=context)
 
     def frame(self, frame: pl.DataFrame, path: str) -> None:
