@@ -35,9 +35,11 @@ def ladder(engine: EngineConfig, arms: Sequence[str],
            weights: Mapping[str, float]) -> dict[str, EngineConfig]:
     """The configuration of each named arm (names from `experiment_config.ARMS`)."""
     mspr = engine.mspr
-    if not mspr.enabled:
-        raise ValueError("ablation: mspr.enabled must be on in the experiment's engine config "
-                         "(every arm but the baseline is an MSPR signal)")
+    signals = [arm for arm in arms if arm != "baseline"]
+    if signals and not mspr.enabled:
+        raise ValueError(f"ablation: mspr.enabled must be on in the experiment's engine config "
+                         f"for the arms {signals} (every arm but the baseline is an MSPR "
+                         "signal)")
     for arm, switch in NEEDS.items():
         if arm in arms and not getattr(mspr, switch).enabled:
             raise ValueError(f"ablation: the {arm!r} arm needs mspr.{switch}.enabled in the "
