@@ -185,26 +185,14 @@ def scores(block: CandidateBlock, weights: Sequence[float] | Floats, *,
 
 @dataclass(frozen=True, eq=False)
 class RowPlan:
-    """What ranking a fixed set of rows needs besides the scores, computed once.
-
-    Each planned row is compared with every candidate of its search. Two layouts:
-
-    - slots (when few rows share a search, the usual case of judged rows): the searches
-      that hold planned rows as a (searches, width) grid of row indices, their planned rows
-      as (searches, slots); one broadcast comparison per trial, no per-row copies;
-    - windows (otherwise): each row's search window, `width` wide from `start`.
-
-    `before` marks the cells discovered earlier than the row (ahead of it on a tie);
-    `inside` (windows only) the cells that belong to its search.
-    """
+    """What ranking a fixed set of rows needs besides the scores, computed once: each row's
+    search window (`start`, `width` wide) and which window cells are ahead of it on a tie
+    (`before`) or belong to its search at all (`inside`)."""
 
     rows: Ints
     start: Ints
     inside: npt.NDArray[np.bool_]
     before: npt.NDArray[np.bool_]
-    grid: Ints | None = None        # slots: (searches, width) internal rows, n_rows = pad
-    slots: Ints | None = None       # slots: (searches, J) planned rows, n_rows = empty
-    where: tuple[Ints, Ints] | None = None  # slots: (search slot, j) of each planned row
 
 
 def plan_rows(block: CandidateBlock, rows: npt.ArrayLike) -> RowPlan:
@@ -212,29 +200,11 @@ def plan_rows(block: CandidateBlock, rows: npt.ArrayLike) -> RowPlan:
     rows = np.asarray(rows, dtype=np.int64)
     width = max(block.width, 1)
     search = block.search[rows]
-    cells = np.arange(width)
-    held, slot_of = np.unique(search, return_inverse=True)
-    order = np.argsort(slot_of, kind="stable")
-    first = np.searchsorted(slot_of[order], slot_of[order], side="left")
-    j = np.empty(rows.size, dtype=np.int64)
-    j[order] = np.arange(rows.size) - first
-    depth = int(j.max()) + 1 if rows.size else 1
-    if rows.size and held.size * depth <= 2 * rows.size:
-        n = block.n_rows
-        grid = np.full((held.size, width), n, dtype=np.int64)
-        members = np.isin(block.search, held)
-        grid[np.searchsorted(held, block.search[members]), block.position[members]] = \
-            np.flatnonzero(members)
-        slots = np.full((held.size, depth), n, dtype=np.int64)
-        slots[slot_of, j] = rows
-        positions = np.full((held.size, depth), width, dtype=np.int64)
-        positions[slot_of, j] = block.position[rows]
-        before = cells[None, None, :] < positions[:, :, None]
-        return RowPlan(rows, np.empty(0, dtype=np.int64), np.empty((0, 0), dtype=bool),
-                       before, grid, slots, (slot_of.astype(np.int64), j))
     start = block.starts[search]
     count = block.starts[search + 1] - start
-    return RowPlan(rows, start, cells < count[:, None], cells < block.position[rows][:, None])
+    cells = np.arange(width)
+    return RowPlan(rows, start, cells < count[:, None],
+                   cells < block.position[rows][:, None])
 
 
 def _first_pass_ranks(block: CandidateBlock, score: Floats, plan: RowPlan) -> Ints:
@@ -243,19 +213,11 @@ def _first_pass_ranks(block: CandidateBlock, score: Floats, plan: RowPlan) -> In
     width = max(block.width, 1)
     padded = block.scratch(block.n_rows + width, name="padded")
     padded[:block.n_rows] = score
-    padded[block.n_rows:] = np.nan  # NaN compares false: padding is never ahead
-    found: Ints
-    if plan.grid is not None and plan.slots is not None and plan.where is not None:
-        grid = padded[plan.grid][:, None, :]
-        mine = padded[plan.slots][:, :, None]
-        ahead = (grid > mine) | ((grid == mine) & plan.before)
-        counts = np.count_nonzero(ahead, axis=2)
-        found = counts[plan.where].astype(np.int64)
-        return found
+    padded[block.n_rows:] = np.nan
     window = np.lib.stride_tricks.sliding_window_view(padded, width)[plan.start]
     mine = score[plan.rows][:, None]
     ahead = ((window > mine) & plan.inside) | ((window == mine) & plan.before)
-    found = np.count_nonzero(ahead, axis=1).astype(np.int64)
+    found: Ints = np.count_nonzero(ahead, axis=1).astype(np.int64)
     return found
 
 
