@@ -23,14 +23,20 @@ def expand_bfs(graph: ContextGraph, seeds: Mapping[str, Payload], scope: Scope, 
     """
     max_candidates = max(1, max_candidates)
     reach = dict.fromkeys(seeds, 1.0)
+    size = len(reach)
     edges_used: dict[EdgeKey, float] = {}
+    record_edge = edges_used.setdefault  # keeps the weight of an edge's first traversal
     frontier = [(sid, 1.0) for sid in seeds]
-    out_of_scope: dict[str, bool] = {}  # scope verdict per non-seed node met
     nodes = graph.nodes
     check_archived = not include_archived
     scope_items = list(scope.items())
+    only_field, only_want = scope_items[0] if len(scope_items) == 1 else (None, None)
+    # Whether the walk may not step onto a node: archived (unless included), or, for a
+    # non-seed, out of scope (judged once, when first met; every non-seed in `reach` got
+    # there by passing this test). Nothing changes a node during the walk.
+    blocked: dict[str, bool] | None = {} if check_archived or scope_items else None
     for _ in range(max(0, depth)):
-        if not frontier or len(reach) >= max_candidates:
+        if not frontier or size >= max_candidates:
             break
         next_frontier: list[tuple[str, float]] = []
         for node_id, accum in frontier:
@@ -46,28 +52,30 @@ def expand_bfs(graph: ContextGraph, seeds: Mapping[str, Payload], scope: Scope, 
                 weight = edge.weight
                 if weight < edge_floor:
                     continue
-                if check_archived:
-                    other_node = nodes.get(other)
-                    if other_node is not None and other_node.archived:
-                        continue
-                if scope_items and other not in seeds:
-                    # Judged once, when first met; every non-seed in `reach` got there by
-                    # passing this test, so it always has a verdict.
-                    excluded = out_of_scope.get(other)
-                    if excluded is None:
-                        excluded = False
-                        # scope.conflicts(node, scope), inlined.
+                if blocked is not None:
+                    verdict = blocked.get(other)
+                    if verdict is None:
                         other_node = nodes.get(other)
-                        if other_node is not None:
-                            for field_name, want in scope_items:
-                                tag = getattr(other_node, field_name)
-                                if tag is not None and (
-                                        want is UNVERIFIABLE
-                                        or (tag if type(tag) is str else str(tag)) != want):
-                                    excluded = True
-                                    break
-                        out_of_scope[other] = excluded
-                    if excluded:
+                        verdict = check_archived and other_node is not None and other_node.archived
+                        if not verdict and scope_items and other_node is not None and (
+                                other not in seeds):
+                            # scope.conflicts(node, scope), inlined; a scope of one owner
+                            # (the usual case) without the loop.
+                            if only_field is not None:
+                                tag = getattr(other_node, only_field)
+                                verdict = tag is not None and (
+                                    only_want is UNVERIFIABLE
+                                    or (tag if type(tag) is str else str(tag)) != only_want)
+                            else:
+                                for field_name, want in scope_items:
+                                    tag = getattr(other_node, field_name)
+                                    if tag is not None and (
+                                            want is UNVERIFIABLE
+                                            or (tag if type(tag) is str else str(tag)) != want):
+                                        verdict = True
+                                        break
+                        blocked[other] = verdict
+                    if verdict:
                         continue
                 if priors:
                     weight = weight * priors.get(edge.type, 1.0)
@@ -79,13 +87,14 @@ def expand_bfs(graph: ContextGraph, seeds: Mapping[str, Payload], scope: Scope, 
                     continue
                 current = reach.get(other)
                 if current is None or current < propagated:
+                    if current is None:
+                        size += 1
                     reach[other] = propagated
                     next_frontier.append((other, propagated))
-                if key not in edges_used:
-                    edges_used[key] = edge.weight
-                if len(reach) >= max_candidates:
+                record_edge(key, edge.weight)
+                if size >= max_candidates:
                     break
-            if len(reach) >= max_candidates:
+            if size >= max_candidates:
                 break
         frontier = next_frontier
     return reach, edges_used

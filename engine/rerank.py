@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +16,7 @@ from .graph import ContextGraph, Embedding
 from .ppr import ViewEdges
 from .scope import UNVERIFIABLE, Scope
 from .seeds import Payload
-from .text import _tokens_of, cosine, cosines, tokens
+from .text import TOKEN_CACHE, _tokens_of, cosine, cosines, tokens
 
 Resolver = Callable[[Sequence[str]], Mapping[str, Payload]]
 Provider = Callable[[str], float]
@@ -96,6 +97,10 @@ def frequency_term(count: int, peak: int) -> float:
     return max(0.0, min(1.0, math.log1p(count) / denominator))
 
 
+# frequency_term is pure and sees few distinct (count, peak) pairs: remembered across searches.
+_frequency_term = functools.lru_cache(maxsize=1 << 12)(frequency_term)
+
+
 def final_score(cfg: RetrievalConfig, c: Candidate) -> float:
     """The library's arithmetic order: additions left to right, then × relevance."""
     base = (cfg.alpha_dense * c.dense + cfg.beta_bm25 * c.lexical + cfg.gamma_graph * c.graph
@@ -115,12 +120,15 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
     resolved: Mapping[str, Payload] = {}
     if missing and resolver is not None:
         resolved = resolver(missing)
-    nodes = graph.nodes
-    similarity = _similarities(graph, query_embedding, missing)
+    # cosine(query, node) per non-seed, in reach order, None where there is nothing to compare.
+    similarities = _similarities(graph, query_embedding, missing)
+    next_similarity = iter(similarities).__next__ if similarities else None
     query_tokens = tokens(query)
     query_size = len(query_tokens)
+    disjoint, overlap = query_tokens.isdisjoint, query_tokens.intersection
     check_tenant = tenant_id is not None or sub_tenant_id is not None
     scope_items = list(scope.items())
+    only_field, only_want = scope_items[0] if len(scope_items) == 1 else (None, None)
     alpha, beta, gamma = cfg.alpha_dense, cfg.beta_bm25, cfg.gamma_graph
     epsilon, delta, zeta = cfg.epsilon_frequency, cfg.delta_personal, cfg.zeta_success
     # The frequency peak is read once, before any scoring (nothing here changes it).
@@ -128,29 +136,45 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
     frequency_of: dict[int, float] = {}  # frequency_term(count, peak) per access count
     personal_of = personal if delta > 0 else None
     success_of = success if zeta > 0 else None
+    node_of, resolved_of = graph.nodes.get, resolved.get
+    cached_tokens, tokens_of = TOKEN_CACHE.get, _tokens_of
     candidates: list[Candidate] = []
+    append = candidates.append
     for cid, reach_score in reach.items():
-        was_seed = cid in seeds
-        if was_seed:
+        node = node_of(cid)
+        if cid in seeds:
+            was_seed = True
             payload: Payload | None = seeds[cid]
+            similarity = None
         else:
-            payload = resolved.get(cid) or None  # the resolver's falsy entries are dropped
-        node = nodes.get(cid)
-        if scope_items and not was_seed:
-            # scope.confirmed(payload, node, scope), inlined.
-            confirmed = True
-            for field_name, want in scope_items:
-                if want is UNVERIFIABLE:
-                    confirmed = False
-                    break
-                owner = payload.get(field_name) if payload else None
+            was_seed = False
+            payload = resolved_of(cid) or None  # the resolver's falsy entries are dropped
+            similarity = next_similarity() if next_similarity is not None else None
+            if only_field is not None:
+                # scope.confirmed(payload, node, scope) for a scope of one owner (the usual
+                # case: the search's user), inlined without the loop below.
+                if only_want is UNVERIFIABLE:
+                    continue
+                owner = payload.get(only_field) if payload else None
                 if owner is None and node is not None:
-                    owner = getattr(node, field_name)
-                if owner is None or (owner if type(owner) is str else str(owner)) != want:
-                    confirmed = False
-                    break
-            if not confirmed:
-                continue
+                    owner = getattr(node, only_field)
+                if owner is None or (owner if type(owner) is str else str(owner)) != only_want:
+                    continue
+            elif scope_items:
+                # scope.confirmed(payload, node, scope), inlined.
+                confirmed = True
+                for field_name, want in scope_items:
+                    if want is UNVERIFIABLE:
+                        confirmed = False
+                        break
+                    owner = payload.get(field_name) if payload else None
+                    if owner is None and node is not None:
+                        owner = getattr(node, field_name)
+                    if owner is None or (owner if type(owner) is str else str(owner)) != want:
+                        confirmed = False
+                        break
+                if not confirmed:
+                    continue
         if payload is None:
             payload = {"id": cid, "memory": "", "score": 0.0}
         if check_tenant and node is not None:
@@ -164,21 +188,22 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
         dense = payload.get("score") or 0.0
         if type(dense) is not float:  # float() returns an exact float itself
             dense = float(dense)
-        if not was_seed and similarity:
-            value = similarity.get(cid)
-            if value is not None:
-                if value is _RAISES:
-                    value = _raise_cosine(graph, query_embedding, cid)
-                if value > dense:  # max(dense, value)
-                    dense = value
+        if similarity is not None:
+            if similarity is _RAISES:
+                similarity = _raise_cosine(graph, query_embedding, cid)
+            if similarity > dense:  # max(dense, similarity)
+                dense = similarity
         lexical = 0.0
         if query_size:
             text = payload.get("memory", "")
-            if text and isinstance(text, str):  # text.tokens(text), inlined
-                doc = _tokens_of(text)  # the tokens, as a tuple (a bag, repeats and all)
+            if text and isinstance(text, str):
+                # The tokens, as a tuple (a bag, repeats and all): text.tokens(text) inlined.
+                doc = cached_tokens(text)
+                if doc is None:
+                    doc = tokens_of(text)
                 # |Q ∩ D| / |Q|; disjoint sets give 0 / |Q| = 0.0 without building Q ∩ D.
-                if doc and not query_tokens.isdisjoint(doc):
-                    lexical = len(query_tokens.intersection(doc)) / query_size
+                if doc and not disjoint(doc):
+                    lexical = len(overlap(doc)) / query_size
         frequency = 0.0
         if node is None:
             relevance = 1.0
@@ -190,7 +215,7 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
                 count = node.access_count
                 known = frequency_of.get(count)
                 if known is None:
-                    known = frequency_of[count] = frequency_term(count, peak)
+                    known = frequency_of[count] = _frequency_term(count, peak)
                 frequency = known
         personal_term = 0.0
         if personal_of is not None:  # max(-1.0, min(1.0, boost))
@@ -206,8 +231,8 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
         # final_score, inlined: the same additions left to right, then × relevance.
         score = (alpha * dense + beta * lexical + gamma * graph_term + epsilon * frequency
                  + delta * personal_term + zeta * success_term) * relevance
-        candidates.append(Candidate(cid, payload, was_seed, dense, lexical, graph_term,
-                                    frequency, personal_term, success_term, relevance, score))
+        append(Candidate(cid, payload, was_seed, dense, lexical, graph_term, frequency,
+                         personal_term, success_term, relevance, score))
     return candidates
 
 
@@ -215,26 +240,28 @@ _RAISES = float("nan")  # marks a cosine that raises; compared by identity only
 
 
 def _similarities(graph: ContextGraph, query_embedding: Embedding | None,
-                  ids: Sequence[str]) -> dict[str, float]:
-    """cosine(query, node) for every id with a stored embedding, in one NumPy pass.
+                  ids: Sequence[str]) -> Sequence[float | None]:
+    """cosine(query, node) for each id (None without a stored embedding), in one NumPy pass;
+    an empty list when there is no query embedding or no stored one.
 
     Computed before the scope and tenant checks drop anyone, which changes nothing, as
     cosine has no side effects; when the batch meets a cosine that would raise, every entry
     is `_RAISES` and the raise is left to the candidates that are actually scored.
     """
     if query_embedding is None or not ids:
-        return {}
+        return []
     found = list(map(graph.embeddings.get, ids))
     stored = [e for e in found if e is not None]
     if not stored:
-        return {}
-    rows = ids if len(stored) == len(ids) else [
-        cid for cid, e in zip(ids, found, strict=True) if e is not None]
+        return []
     try:
-        values = cosines(query_embedding, stored)
+        values: list[float] = cosines(query_embedding, stored)
     except ZeroDivisionError:
-        return dict.fromkeys(rows, _RAISES)
-    return dict(zip(rows, values, strict=True))
+        values = [_RAISES] * len(stored)
+    if len(stored) == len(ids):
+        return values
+    computed = iter(values)
+    return [None if e is None else next(computed) for e in found]
 
 
 def _raise_cosine(graph: ContextGraph, query_embedding: Embedding | None, cid: str) -> float:

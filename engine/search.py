@@ -162,18 +162,13 @@ def vector_results(state: EngineState, req: SearchRequest) -> list[Payload]:
 
 def resolve_payloads(state: EngineState, ids: Sequence[str]) -> dict[str, Payload]:
     """`Memory`'s resolver: id, text, hash, times, score 0 and owner ids; no metadata."""
-    out: dict[str, Payload] = {}
     payloads = state.payloads
-    for cid in ids:
-        stored = payloads.get(cid)
-        if not stored:
-            continue
-        get = stored.get
-        out[cid] = {"id": cid, "memory": get("data", ""), "hash": get("hash"),
-                    "created_at": get("created_at"), "updated_at": get("updated_at"),
-                    "score": 0.0, "user_id": get("user_id"), "agent_id": get("agent_id"),
-                    "run_id": get("run_id")}
-    return out
+    return {cid: {"id": cid, "memory": stored.get("data", ""), "hash": stored.get("hash"),
+                  "created_at": stored.get("created_at"),
+                  "updated_at": stored.get("updated_at"), "score": 0.0,
+                  "user_id": stored.get("user_id"), "agent_id": stored.get("agent_id"),
+                  "run_id": stored.get("run_id")}
+            for cid in ids if (stored := payloads.get(cid))}
 
 
 def search(state: EngineState, req: SearchRequest, *, now: datetime) -> SearchOutcome:
@@ -342,13 +337,18 @@ def _strict_isolation(state: EngineState, candidates: list[Candidate],
 def _telemetry(state: EngineState, outcome: SearchOutcome, seed_count: int) -> dict[str, Any]:
     mspr = state.config.mspr
     results = outcome.results
+    feedback_hits = success_hits = frequency_hits = 0
+    for c in results:  # one pass over the results for the three counts
+        if abs(c.personal) > 0:
+            feedback_hits += 1
+        if c.success > 0:
+            success_hits += 1
+        if c.frequency > 0:
+            frequency_hits += 1
     return {
         "intent_enabled": mspr.intent.enabled, "feedback_enabled": mspr.feedback.enabled,
         "frequency_enabled": mspr.frequency.enabled, "role_enabled": mspr.role.enabled,
         "success_enabled": mspr.success.enabled, "seed_count": seed_count,
-        "result_count": len(results),
-        "feedback_hits": sum(1 for c in results if abs(c.personal) > 0),
-        "success_hits": sum(1 for c in results if c.success > 0),
-        "frequency_hits": sum(1 for c in results if c.frequency > 0),
-        "sync_type": "sync",
+        "result_count": len(results), "feedback_hits": feedback_hits,
+        "success_hits": success_hits, "frequency_hits": frequency_hits, "sync_type": "sync",
     }

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import re
+import string
 from collections.abc import Sequence
-from sys import intern
 
 import numpy as np
 
@@ -14,35 +13,61 @@ from .graph import Embedding, FloatArray
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _NO_TOKENS: frozenset[str] = frozenset()
-# Distinct texts whose tokens are kept; a memory's text is tokenized once, not per search.
-TOKEN_CACHE_SIZE = 1 << 15
+# The ASCII word characters (what \w matches below 128) and the space.
+_WORD_BYTES_AND_SPACE = (string.ascii_letters + string.digits + "_ ").encode()
+# Tokens kept per text, so that a memory's text is tokenized once, not per search: at most
+# this many tokens in all (about 70 bytes each, so some 20 MB), then the cache starts over.
+TOKEN_CACHE_TOKENS = 1 << 18
+# text -> its tokens. Keyed by the text itself, so a payload whose text changes is simply
+# tokenized anew. Look a text up here first; `_tokens_of` tokenizes one that is missing.
+TOKEN_CACHE: dict[str, tuple[str, ...]] = {}
+_cached_tokens = 0  # held by TOKEN_CACHE, counting one more per text
 
 
 def tokens(text: object) -> frozenset[str]:
     """Lower-cased `\\w+` tokens; "Alice's" gives {alice, s}, "nut-free" gives {nut, free}."""
     if not text or not isinstance(text, str):
         return _NO_TOKENS
-    return frozenset(_tokens_of(text))
+    found = TOKEN_CACHE.get(text)
+    return frozenset(_tokens_of(text) if found is None else found)
 
 
-@functools.lru_cache(maxsize=TOKEN_CACHE_SIZE)
 def _tokens_of(text: str) -> tuple[str, ...]:
-    """The tokens of a non-empty str, repeats included: a bag, whose set is `tokens(text)`.
+    """The tokens of a non-empty str, repeats included (a bag, whose set is `tokens(text)`),
+    remembered in TOKEN_CACHE: for a text not found there.
 
-    Cached by the text itself, so a payload whose text changes is simply tokenized anew.
     A tuple rather than a set: the garbage collector stops tracking a tuple of strings, so
-    a large cache adds nothing to its passes; set operations take it as it is. Tokens are
-    interned, so the cache holds each distinct word once, not once per memory.
+    a large cache adds nothing to its passes; set operations take it as it is. The tokens
+    are not interned (`sys.intern`): that would more than double the cost of tokenizing,
+    which is most of the lexical term in a search over memories not seen before; the token
+    budget of the cache bounds the memory instead.
     """
-    if text.isascii():
-        # Lower-casing ASCII first finds the same tokens: it maps A-Z to a-z only, and
-        # both are word characters. (Not so beyond ASCII: "İ".lower() is two characters,
-        # the second not a word character.)
-        if text.replace(" ", "").replace("_", "").isalnum():
-            # Only [A-Za-z0-9_] and spaces: the \w+ runs are the space-separated words.
-            return tuple(map(intern, text.lower().split()))
-        return tuple(map(intern, _TOKEN.findall(text.lower())))
-    return tuple([intern(t.lower()) for t in _TOKEN.findall(text)])
+    global _cached_tokens
+    if not text.isascii():
+        found = tuple([t.lower() for t in _TOKEN.findall(text)])
+    # Lower-casing ASCII first finds the same tokens: it maps A-Z to a-z only, and both are
+    # word characters. (Not so beyond ASCII: "İ".lower() is two characters, the second not
+    # a word character.)
+    elif text.encode().translate(None, _WORD_BYTES_AND_SPACE):
+        found = tuple(_TOKEN.findall(text.lower()))
+    else:
+        # Only [A-Za-z0-9_] and spaces: the \w+ runs are the space-separated words. (Deleting
+        # those bytes is the cheapest such test: no per-character Unicode lookups, as
+        # `str.isalnum` makes.)
+        found = tuple(text.lower().split())
+    held = _cached_tokens + len(found) + 1
+    if held > TOKEN_CACHE_TOKENS:  # full: start over
+        TOKEN_CACHE.clear()
+        held = len(found) + 1
+    TOKEN_CACHE[text] = found
+    _cached_tokens = held
+    return found
+
+
+def clear_token_cache() -> None:
+    global _cached_tokens
+    TOKEN_CACHE.clear()
+    _cached_tokens = 0
 
 
 def lexical_overlap(query_tokens: frozenset[str], text: object) -> float:
@@ -79,15 +104,27 @@ def cosines(query: Embedding, stored: Sequence[Embedding]) -> list[float]:
     vectors = [s.vector for s in stored]
     norms = [s.norm_sq for s in stored]
     rows: list[int] | None = None  # None: every row has a cosine to compute
-    if any(v.size != size for v in vectors) or 0.0 in norms:
-        rows = [i for i, (v, n) in enumerate(zip(vectors, norms, strict=True))
-                if v.size == size and n != 0.0]  # the others are 0.0
-        if not rows:
-            return [0.0] * len(stored)
-        vectors = [vectors[i] for i in rows]
-        norms = [norms[i] for i in rows]
-    matrix: FloatArray = np.array(vectors, dtype=np.float64)
-    dots = np.add.accumulate(matrix * q, axis=1)[:, -1]
+    products: FloatArray | None = None
+    if 0.0 not in norms and q.ndim == 1:
+        # The usual case, flat vectors of the query's size, needs no test of each vector:
+        # the matrix has shape (len(vectors), size) exactly when they all are.
+        try:
+            matrix: FloatArray = np.array(vectors, dtype=np.float64)
+        except (TypeError, ValueError):  # e.g. ragged: the general path sorts them out
+            pass
+        else:
+            if matrix.shape == (len(vectors), size):
+                products = np.multiply(matrix, q, out=matrix)  # the matrix is a fresh copy
+    if products is None:
+        if any(v.size != size for v in vectors) or 0.0 in norms:
+            rows = [i for i, (v, n) in enumerate(zip(vectors, norms, strict=True))
+                    if v.size == size and n != 0.0]  # the others are 0.0
+            if not rows:
+                return [0.0] * len(stored)
+            vectors = [vectors[i] for i in rows]
+            norms = [norms[i] for i in rows]
+        products = np.array(vectors, dtype=np.float64) * q
+    dots = np.add.accumulate(products, axis=1)[:, -1]
     denominators = math.sqrt(query.norm_sq) * np.sqrt(np.array(norms, dtype=np.float64))
     if not denominators.all():  # an underflow to 0: let `cosine` raise as it would
         return [cosine(query, s) for s in stored]

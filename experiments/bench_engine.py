@@ -19,11 +19,13 @@ labelled "reference, not measured".
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
 import importlib
 import importlib.util
 import logging
 import os
+import pstats
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -171,6 +173,25 @@ def time_engine(state: EngineState, reqs: Sequence[SearchRequest],
     return first, len(reqs) / (time.perf_counter() - start), rankings
 
 
+def profile_engine(n: int, algorithm: str, searches: int, top: int = 25) -> None:
+    """cProfile of the engine's first pass over the bench requests of one graph, printed by
+    own time (the profiler slows Python calls unevenly: read it for where, not how fast)."""
+    rng = np.random.default_rng(0)
+    world = generate(n, rng)
+    count = searches if algorithm == "bfs" else max(20, searches // 5)
+    reqs = requests(world, rng, count)
+    state = build(world, algorithm)
+    search(state, reqs[0], now=NOW)  # the untimed warm-up search, as in time_engine
+    gc.collect()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for req in reqs:
+        search(state, req, now=NOW)
+    profiler.disable()
+    print(f"---- {algorithm} at {n} memories, {len(reqs)} searches (first pass)")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
 # ---- the library, through the parity adapter ---------------------------------------------
 
 
@@ -294,7 +315,14 @@ def main() -> None:
                         help="library searches per BFS graph (PPR: at most 10, 5 at 50k)")
     parser.add_argument("--no-library", action="store_true",
                         help="do not run the library even when it is installed")
+    parser.add_argument("--profile", choices=("bfs", "ppr"),
+                        help="instead of timing: cProfile the engine's first pass of this "
+                             "algorithm at each size (no library) and print the top functions")
     args = parser.parse_args()
+    if args.profile:
+        for n in args.sizes:
+            profile_engine(n, args.profile, args.searches)
+        return
     measure = library_available() and not args.no_library
     print("searches/s, all signals on (intent, feedback, frequency, roles, success); engine/s "
           "is the first pass over the requests, 2nd pass the same requests again (caches "
