@@ -13,7 +13,11 @@ timed (the adapter otherwise listens to its debug log). The engine's "2nd pass" 
 requests once its per-memory caches (token sets, adjacency) hold what they touch.
 
 Without the library, the library's rates from the engine issue are printed instead,
-labelled "reference, not measured".
+labelled "reference, not measured". `--profile bfs` (or `ppr`) times nothing: it prints a
+cProfile of the engine's first pass at each size, to see where a search spends its time.
+
+The machine is often shared: read the ratios of one run, measured side by side, rather than
+absolute rates, and repeat a run before trusting a change of a few percent.
 """
 
 from __future__ import annotations
