@@ -54,7 +54,7 @@ from .clicks import (
     VerdictModel,
 )
 from .schema import EMBEDDINGS, QUERY_EMBEDDINGS, Dataset
-from .simulate import _complete, memory_events, order_events, simulate_log
+from .simulate import complete_events, memory_events, order_events, simulate_log
 from .sources.locomo import DEFAULT_EDGES, LOCOMO_PATH, load_locomo, locomo_anomalies
 from .sources.scifact import SCIFACT_DIR, load_scifact
 from .store import Progress
@@ -313,7 +313,7 @@ def static_log(dataset: Dataset, embedder: Embedder, *, at: datetime = STATIC_LO
         "kind": "search", "query_id": queries["query_id"], "query": queries["text"],
         "user_id": queries["user_id"], "agent_id": queries["agent_id"],
         "run_id": queries["run_id"], "filters": "{}", "limit": limit})
-    events = order_events(pl.concat([memory_events(memories), _complete(searches)]))
+    events = order_events(pl.concat([memory_events(memories), complete_events(searches)]))
     digest = hashlib.sha256(f"{dataset.digest}|{embedder.name}|{vectors.shape}|{at}|{limit}"
                             .encode())
     digest.update(vectors.tobytes())

@@ -80,7 +80,8 @@ from .timeline import (
     unit_rows,
 )
 
-__all__ = ["SeedsFn", "memory_events", "order_events", "simulate_log", "token_incidence"]
+__all__ = ["SeedsFn", "complete_events", "memory_events", "order_events", "simulate_log",
+           "token_incidence"]
 
 SeedsFn = Callable[[str], Sequence[tuple[str, float]]]
 
@@ -106,10 +107,10 @@ def memory_events(memories: pl.DataFrame) -> pl.DataFrame:
     deleted = memories.filter(pl.col("deleted_at").is_not_null()).select(
         pl.col("deleted_at").alias("ts"), *owners, kind=pl.lit("memory_deleted"))
     frame = pl.concat([added, deleted])
-    return _complete(frame)
+    return complete_events(frame)
 
 
-def _complete(frame: pl.DataFrame) -> pl.DataFrame:
+def complete_events(frame: pl.DataFrame) -> pl.DataFrame:
     """Cast to the events schema, adding the missing columns as nulls."""
     return frame.with_columns(
         [pl.lit(None).alias(c) for c in EVENTS if c not in frame.columns]).select(
@@ -387,7 +388,7 @@ class _Log:
     def frame(self) -> pl.DataFrame:
         schema = {c: EVENTS[c] for c in self.columns if c != "ts"} | {"ts": pl.Int64}
         frame = pl.DataFrame(self.columns, schema=schema)
-        return _complete(frame.with_columns(pl.col("ts").cast(pl.Datetime("us"))))
+        return complete_events(frame.with_columns(pl.col("ts").cast(pl.Datetime("us"))))
 
 
 def _digest(dataset: Dataset, config: EngineConfig, click_model: ClickModel,

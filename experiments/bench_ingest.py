@@ -43,13 +43,11 @@ from msprlab.datasets.store import ingest
 from msprlab.engine import decay, edges
 from msprlab.engine.config import DecayConfig, EdgesConfig
 from msprlab.engine.graph import (
-    STICKY_EDGE_TYPES,
     ContextGraph,
     EdgeType,
     MemoryEdge,
     MemoryNode,
 )
-from msprlab.engine.text import cosine
 
 _WORDS = np.array([f"w{i}" for i in range(2000)])
 _START = np.datetime64(datetime(2024, 1, 1), "us")
@@ -217,70 +215,32 @@ def _peak_rss_mb() -> float:
 
 
 # ---- LoCoMo: edge synthesis, simulated log and decay tick, before and after -------------
-# The engine's TOPIC_SIMILAR and decay tick as they were before they read arrays, verbatim
-# but for the argument the new `_topic_links` takes (the builder's embedding rows).
+# The engine's TOPIC_SIMILAR and decay tick as they were before they read arrays: the
+# engine keeps both one-at-a-time paths as its fallbacks, so "before" calls them directly.
+_TOPIC_LINKS = edges._topic_links  # the current function, captured before any patching
+
+
+class _OneByOne:
+    """Embedding rows that always decline, so `_topic_links` scores pair by pair."""
+
+    def similar(self, *args: object) -> None:
+        return None
+
+
 def _legacy_topic_links(graph: ContextGraph, cfg: EdgesConfig, memory_id: str,
                         embedding: Sequence[float] | None, now: datetime,
                         rows: object = None) -> list[MemoryEdge]:
-    if not cfg.enable_topic_similar or embedding is None or len(embedding) == 0:
-        return []
-    mine = graph.embeddings[memory_id]
-    scored: list[tuple[str, float]] = []
-    for other_id, other in graph.embeddings.items():
-        if other_id == memory_id:
-            continue
-        similarity = cosine(mine, other)
-        if similarity >= cfg.topic_min_similarity:
-            scored.append((other_id, similarity))
-    scored.sort(key=lambda pair: pair[1], reverse=True)
-    node = graph.get(memory_id)
-    accepted: list[tuple[str, float]] = []
-    for other_id, similarity in scored:
-        if len(accepted) >= cfg.topic_top_k:
-            break
-        if edges.same_owner(node, graph.get(other_id)):
-            accepted.append((other_id, similarity))
-    return [edges._write(graph, memory_id, other_id, EdgeType.TOPIC_SIMILAR, similarity, now,
-                         metadata={"similarity": similarity})
-            for other_id, similarity in accepted]
+    return _TOPIC_LINKS(graph, cfg, memory_id, embedding, now, _OneByOne())  # type: ignore[arg-type]
 
 
 def _legacy_tick_decay(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> decay.DecayReport:
     if not cfg.enabled:
         return decay.DecayReport()
     lam = math.log(2.0) / (cfg.half_life_days * 24.0)
-    decayed = pruned = archived = 0
-    for edge in list(graph.edges()):
-        if edge.type in STICKY_EDGE_TYPES:
-            continue
-        hours = max(0.0, (now - edge.updated_at).total_seconds() / 3600.0)
-        if hours == 0:
-            continue
-        weight = edge.weight * math.exp(-lam * hours)
-        if weight < cfg.min_edge_weight:
-            graph.remove_edge(edge)
-            pruned += 1
-        elif abs(weight - edge.weight) > 1e-6:
-            edge.weight = weight
-            edge.updated_at = now
-            decayed += 1
-    if cfg.min_node_relevance > 0:
-        for node in list(graph.nodes.values()):
-            if node is None or node.archived:
-                continue
-            live = [e.weight for e in graph.incident(node.id) if e.weight >= cfg.min_edge_weight]
-            max_edge = max(live) if live else 0.0
-            anchor = node.last_accessed_at or node.updated_at
-            recency = math.exp(-lam * max(0.0, (now - anchor).total_seconds() / 3600.0))
-            effective = max(node.relevance_floor, 0.8 * max_edge + 0.2 * recency)
-            node.relevance = max(0.0, min(1.0, effective))
-            if (not live and effective < cfg.min_node_relevance
-                    and node.relevance_floor < cfg.min_node_relevance):
-                node.archived = True
-                archived += 1
+    report = decay._tick_one_by_one(graph, cfg, now, lam)
     graph.last_decay_tick = now
     graph.changed()
-    return decay.DecayReport(decayed, pruned, archived)
+    return report
 
 
 @contextmanager

@@ -14,7 +14,7 @@ routing moves them, and whether a soft role policy rescores the results.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,7 +34,7 @@ from msprlab.engine.batch import (
 from .metrics import Judged, Metric, evaluate, judged_from_frames
 from .replay import CandidateTable
 
-__all__ = ["Arm", "Scorer", "arm_of", "per_query", "weights_of"]
+__all__ = ["Arm", "Scorer", "arm_of", "ranked_lists", "weights_of"]
 
 GROUP_COLUMNS = ("intent", "question_type")
 
@@ -145,13 +145,8 @@ class Scorer:
         """Each search's returned memory ids in rank order (the slow, full-sort path)."""
         self._check(arm)
         score = scores(self.block, arm.weights, intent=arm.intent)
-        rank = row_ranks(self.block, score, roles=arm.roles)
-        caller = self.block.internal_rows(np.arange(self.block.n_rows))
-        ranked = self.table.candidates.select("search", "memory_id").with_columns(
-            rank=pl.Series(rank[caller]))
-        found = dict(ranked.filter(pl.col("rank") >= 0).sort("search", "rank")
-                     .group_by("search", maintain_order=True).agg("memory_id").iter_rows())
-        return [found.get(i, []) for i in range(self.table.searches.height)]
+        return ranked_lists(self.table, self.block,
+                            row_ranks(self.block, score, roles=arm.roles))
 
     def match_rate(self, arm: Arm) -> tuple[int, int]:
         """(searches whose ranking equals the logged one, searches with a logged ranking)."""
@@ -161,6 +156,13 @@ class Scorer:
         return sum(a == b for a, b in pairs), len(pairs)
 
 
-def per_query(scorer: Scorer, arms: Mapping[str, Arm]) -> dict[str, pl.DataFrame]:
-    """`Scorer.frame` for every arm."""
-    return {name: scorer.frame(arm) for name, arm in arms.items()}
+def ranked_lists(table: CandidateTable, block: CandidateBlock,
+                 rank: np.ndarray) -> list[list[str]]:
+    """Each search's returned ids in rank order, from the internal-order ranks of every row
+    (`engine.batch.row_ranks`)."""
+    caller = block.internal_rows(np.arange(block.n_rows))
+    ranked = table.candidates.select("search", "memory_id").with_columns(
+        rank=pl.Series(rank[caller]))
+    found = dict(ranked.filter(pl.col("rank") >= 0).sort("search", "rank")
+                 .group_by("search", maintain_order=True).agg("memory_id").iter_rows())
+    return [found.get(i, []) for i in range(table.searches.height)]

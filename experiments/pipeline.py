@@ -229,14 +229,6 @@ def weights_frame(arms: Mapping[str, Arm]) -> pl.DataFrame:
     return pl.DataFrame([arm.as_dict() for arm in arms.values()])
 
 
-def means(values: Mapping[str, np.ndarray]) -> dict[str, float]:
-    out = {}
-    for name, column in values.items():
-        kept = column[~np.isnan(column)]
-        out[name] = float(kept.mean()) if kept.size else float("nan")
-    return out
-
-
 def isolation_audit(cfg: ExperimentConfig, prepared: Prepared,
                     configs: Mapping[str, EngineConfig], *, window: str = "test",
                     progress: Stage = _quiet) -> pl.DataFrame:

@@ -14,19 +14,18 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from msprlab.engine import EngineConfig, config_from_dict
-from msprlab.engine.batch import WEIGHTS, CandidateBlock, row_ranks, scores
+from msprlab.engine.batch import WEIGHTS, row_ranks, scores
 from msprlab.engine.config import ConfigError
 from msprlab.engine.roles import POLICY_NAMES, RolePolicy, policy_from_name
 
+from .evaluation import ranked_lists
 from .replay import FREQUENCY_MODES, CandidateTable, cached_replay, replay
 
-__all__ = ["add_replay_command", "all_signals_config", "load_engine_config", "ranked_lists"]
+__all__ = ["add_replay_command", "all_signals_config", "load_engine_config"]
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -55,16 +54,6 @@ def load_engine_config(path: Path | None) -> EngineConfig:
         return config_from_dict(raw)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-
-
-def ranked_lists(table: CandidateTable, block: CandidateBlock, rank: np.ndarray) -> list[list[str]]:
-    """Each search's returned ids in rank order, from internal-order ranks."""
-    caller = block.internal_rows(np.arange(block.n_rows))
-    ranked = table.candidates.select("search", "memory_id").with_columns(
-        rank=pl.Series(rank[caller]))
-    found = dict(ranked.filter(pl.col("rank") >= 0).sort("search", "rank")
-                 .group_by("search", maintain_order=True).agg("memory_id").iter_rows())
-    return [found.get(s, []) for s in range(table.searches.height)]
 
 
 def _policy(name: str, config: EngineConfig) -> RolePolicy | None:
