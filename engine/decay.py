@@ -1,33 +1,40 @@
 """Decay of edge weights and node relevance, and the feedback relevance bump (MSPR.md 5).
 
-`tick_decay` reads the graph into arrays (`ContextGraph.edge_table` and one pass per node
-attribute), computes the tick with NumPy and writes the changes back. Its values are bit
-for bit those of the library's loop, `_tick_one_by_one`, which still runs the inputs the
-arrays leave out (see `_plan`). Every float operation is the loop's own, on the same
-doubles in the same order (no fused or reordered arithmetic), with two exceptions that
-are exact by construction:
+`tick_decay` computes the tick with NumPy on the graph's columns (engine/records.py: the
+decaying attributes of every node and edge, as lists) and writes the changed columns
+back whole. Its values are bit for bit those of the library's loop, `_tick_one_by_one`,
+which still runs whatever the columns cannot vouch for (`exotic`: a weight, relevance or
+floor that is not a float, a time that is not a naive datetime, a renamed node; also a
+`now` that is not naive, or times more than 2^53 µs apart), and raises where the library
+raises. Every float operation is the loop's own, on the same doubles in the same order
+(no fused or reordered arithmetic), with two exceptions that are exact by construction:
 
-- e^x is `math.exp`, called per value: `np.exp` may differ in the last bit.
-- Δh of an edge is the loop's `_hours`, once per distinct `updated_at`. Δh of a node is
-  its anchor's microseconds since 1970 subtracted as integers, then divided by 10^6 and
-  3600.0 as floats: `timedelta.total_seconds` divides the same integer by 10^6, rounding
-  once, and below 2^53 µs (285 years) an int64 converts to a float64 exactly.
+- e^x is `math.exp`, called once per distinct time: `np.exp` may differ in the last bit.
+- Δh is the µs since 1970 of `now` and of the other time subtracted as integers, then
+  divided by 10^6 and 3600.0 as floats: `timedelta.total_seconds` divides the same
+  integer by 10^6, rounding once, and below 2^53 µs (285 years) an int64 converts to a
+  float64 exactly.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
-from collections.abc import Sequence
+from array import array
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .config import DecayConfig
-from .graph import STICKY_EDGE_TYPES, ContextGraph, FloatArray, MemoryEdge, MemoryNode
+from .graph import (
+    STICKY_EDGE_TYPES,
+    ContextGraph,
+    FloatArray,
+    MemoryEdge,
+    PositionArray,
+)
+from .records import epoch_us
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +53,11 @@ def tick_decay(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> DecayRep
     if not cfg.enabled:
         return DecayReport()
     lam = math.log(2.0) / (cfg.half_life_days * 24.0)
-    plan = _plan(graph, cfg, now, lam)
+    plan = (None if graph.node_columns.exotic or graph.edge_columns.exotic
+            else _plan_columns(graph, cfg, now, lam))
     report = _tick_one_by_one(graph, cfg, now, lam) if plan is None else plan.apply(graph, now)
     graph.last_decay_tick = now
-    graph.changed()
+    graph.decayed(archived=report.archived > 0)
     return report
 
 
@@ -88,135 +96,121 @@ def _tick_one_by_one(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     return DecayReport(decayed, pruned, archived)
 
 
-# ---- the tick on arrays ----------------------------------------------------------------
-# A `map` per attribute: transposing tuples (`zip(*rows)`) is several times slower.
-_WEIGHT = operator.attrgetter("weight")
-_UPDATED = operator.attrgetter("updated_at")
-_ARCHIVED = operator.attrgetter("archived")
-_FLOOR = operator.attrgetter("relevance_floor")
-_ID = operator.attrgetter("id")
-
-_EPOCH = datetime(1970, 1, 1)
-_MICROSECOND = _EPOCH.resolution
-# Naive datetime -> microseconds since 1970, for node anchors. Anchors rarely change, so
-# most are found here; the memo is emptied when it grows past this many entries.
-_EPOCH_US: dict[datetime, int] = {}
-_EPOCH_US_SIZE = 1 << 18
+# ---- the tick on the graph's columns -----------------------------------------------
 _EXACT_INT = 1 << 53  # below this an int64 -> float64 conversion is exact
 
 
 @dataclass(slots=True)
-class _Plan:
-    """A tick computed but not yet written: what `apply` changes."""
+class _ColumnPlan:
+    """A tick computed on the columns (engine/records.py) but not yet written."""
 
+    changed: PositionArray      # edge rows whose weight and updated_at change
+    weights: FloatArray         # every edge row's weight after the tick (pruned ones kept)
     pruned: list[MemoryEdge]
-    decayed: list[MemoryEdge]
-    weights: list[float]
-    nodes: list[MemoryNode]
-    relevance: list[float]
-    archive: list[MemoryNode]
+    active: PositionArray       # node positions the node pass wrote
+    relevance: FloatArray       # their relevance
+    archive: list[int]          # node positions archived
 
     def apply(self, graph: ContextGraph, now: datetime) -> DecayReport:
-        # Neither the writes nor the removals depend on each other, so their order (edge
-        # table order, not storage order) changes nothing: a dict keeps the order of the
-        # keys left whatever order the others were deleted in.
+        edges, nodes = graph.edge_columns, graph.node_columns
+        if self.changed.size:
+            edges.weight = array("d", self.weights.tobytes())
+            now_us = epoch_us(now)
+            assert now_us is not None          # _plan_columns checked it
+            if self.changed.size == len(edges.updated_at):
+                edges.updated_at = [now] * self.changed.size
+            else:
+                for row in self.changed.tolist():
+                    edges.updated_at[row] = now
+            updated_us = np.array(edges.updated_us, dtype=np.int64)
+            updated_us[self.changed] = now_us
+            edges.updated_us = array("q", updated_us.tobytes())
+        # After the writes: a removal may compact the rows (and renumber them).
         for edge in self.pruned:
             graph.remove_edge(edge)
-        for edge, weight in zip(self.decayed, self.weights, strict=True):
-            edge.weight = weight
-            edge.updated_at = now
-        for node, relevance in zip(self.nodes, self.relevance, strict=True):
-            node.relevance = relevance
-        for node in self.archive:
-            node.archived = True
-        return DecayReport(len(self.decayed), len(self.pruned), len(self.archive))
+        if self.active.size:
+            relevance = np.array(nodes.relevance, dtype=np.float64)
+            relevance[self.active] = self.relevance
+            nodes.relevance = array("d", relevance.tobytes())
+        for position in self.archive:
+            nodes.archived[position] = True
+        return DecayReport(int(self.changed.size), len(self.pruned), len(self.archive))
 
 
-def _floats(values: Sequence[object]) -> FloatArray | None:
-    """The values as an array, or None unless every one is a float (no int, bool, str)."""
-    if not set(map(type, values)) <= {float}:
+def _hours_of(now_us: int, then_us: npt.NDArray[np.int64]) -> FloatArray | None:
+    """`_hours(now, then)` from µs since 1970 (module docstring); None past 2^53 µs."""
+    delta = now_us - then_us
+    if delta.size and int(np.abs(delta).max()) >= _EXACT_INT:
         return None
-    return np.fromiter(values, dtype=np.float64, count=len(values))
+    hours = delta.astype(np.float64) / 1e6 / 3600.0
+    return np.where(hours > 0.0, hours, 0.0)
 
 
-def _plan(graph: ContextGraph, cfg: DecayConfig, now: datetime, lam: float) -> _Plan | None:
-    """The tick's changes, without writing them; None when the arrays cannot be trusted.
-
-    None sends the tick to the loop, which then raises wherever it raises: a weight or
-    floor that is not a float, an `updated_at` the loop's `_hours` rejects, a node stored
-    under another id, a timezone-aware time, or times more than 2^53 µs apart.
-    """
-    table = graph.edge_table()
-    edges = table.edges
-    weight = _floats(list(map(_WEIGHT, edges)))
-    if weight is None:
+def _exp_of_distinct(lam: float, then_us: npt.NDArray[np.int64], now_us: int,
+                     *, zero: float | None) -> FloatArray | None:
+    """e^(-λ·Δh) per time, `math.exp` once per distinct time; `zero` where Δh = 0 when
+    given. None past 2^53 µs."""
+    distinct, inverse = np.unique(then_us, return_inverse=True)
+    hours = _hours_of(now_us, distinct)
+    if hours is None:
         return None
+    exps = np.fromiter(map(math.exp, ((-lam) * hours).tolist()), dtype=np.float64,
+                       count=hours.size)          # -lam * h, as the loop writes it
+    if zero is not None:
+        exps[hours == 0] = zero
+    return exps[inverse]
+
+
+def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
+                  lam: float) -> _ColumnPlan | None:
+    """The tick's changes from the columns, whose values are all floats and naive times
+    (none `exotic`); None sends the tick to the loop (a `now` that is not naive, spans
+    past 2^53 µs)."""
+    now_us = epoch_us(now)
+    if now_us is None:
+        return None
+    table = graph.edge_table()              # compacts: rows line up with the columns
+    edges = graph.edge_columns
+    weight = np.array(edges.weight, dtype=np.float64)
     aging_at = np.flatnonzero(~table.sticky)
-    aging = edges if len(aging_at) == len(edges) else [edges[i] for i in aging_at.tolist()]
-    when = list(map(_UPDATED, aging))
-    factor_of: dict[datetime, float] = {}
-    try:
-        for then in dict.fromkeys(when):
-            hours = _hours(now, then)
-            # -1.0 marks Δh = 0 (the edge is skipped); e^x is never negative.
-            factor_of[then] = math.exp(-lam * hours) if hours != 0 else -1.0
-    except Exception:  # the loop meets the same time and raises there, as the library does
+    # -1.0 marks Δh = 0 (the edge is skipped); e^x is never negative.
+    factor = _exp_of_distinct(lam, np.array(edges.updated_us, dtype=np.int64)[aging_at],
+                              now_us, zero=-1.0)
+    if factor is None:
         return None
-    factor = np.fromiter(map(factor_of.__getitem__, when), dtype=np.float64, count=len(when))
     old = weight[aging_at]
     with np.errstate(all="ignore"):
         new = old * factor
         moves = factor >= 0.0
         prune = moves & (new < cfg.min_edge_weight)
         change = moves & ~prune & (np.abs(new - old) > 1e-6)
-    plan = _Plan(pruned=list(itertools.compress(aging, prune.tolist())),
-                 decayed=list(itertools.compress(aging, change.tolist())),
-                 weights=new[change].tolist(), nodes=[], relevance=[], archive=[])
+    changed = aging_at[change]
+    weight[changed] = new[change]
+    plan = _ColumnPlan(changed=changed, weights=weight,
+                       pruned=[table.edges[i] for i in aging_at[prune].tolist()],
+                       active=np.empty(0, dtype=np.intp), relevance=np.empty(0), archive=[])
     if cfg.min_node_relevance <= 0:
         return plan
     # The node pass sees the weights after the edge pass, of the edges left.
-    weight[aging_at[change]] = new[change]
-    kept = np.ones(len(edges), dtype=bool)
+    kept = np.ones(len(weight), dtype=bool)
     kept[aging_at[prune]] = False
     live = kept & (weight >= cfg.min_edge_weight)
+    nodes = graph.node_columns
     # Live weights are >= min_edge_weight >= 0, so -inf is "no live edge".
-    best = np.full(len(graph.nodes), -np.inf)
+    best = np.full(len(nodes.relevance), -np.inf)
     np.maximum.at(best, table.src[live], weight[live])
     np.maximum.at(best, table.dst[live], weight[live])
-    return plan if _plan_nodes(plan, graph, cfg, now, lam, best) else None
-
-
-def _plan_nodes(plan: _Plan, graph: ContextGraph, cfg: DecayConfig, now: datetime,
-                lam: float, best: FloatArray) -> bool:
-    """Fill in the node pass of `plan`; `best` is the top live weight at each node position.
-
-    False when the arrays cannot be trusted.
-    """
-    stored = list(graph.nodes.values())
-    keys: Sequence[str] = list(graph.nodes)
-    where: Sequence[int] = range(len(stored))
-    if any(map(operator.is_, stored, itertools.repeat(None))):   # bare nodes: skipped
-        where = list(itertools.compress(where, map(operator.is_not, stored,
-                                                   itertools.repeat(None))))
-        keys = [keys[i] for i in where]
-        stored = [stored[i] for i in where]
-    nodes = cast(list[MemoryNode], stored)     # no None left
-    if not nodes:
-        return True
-    keep = list(map(operator.not_, map(_ARCHIVED, nodes)))
-    active = list(itertools.compress(nodes, keep))
-    # The loop reads the edges of `node.id`: the node's own position, checked here.
-    if list(map(_ID, active)) != list(itertools.compress(keys, keep)):
-        return False
-    floor = _floats(list(map(_FLOOR, active)))
-    since = _hours_since(now, [n.last_accessed_at or n.updated_at for n in active])
-    if floor is None or since is None:
-        return False
-    best = best[np.fromiter(itertools.compress(where, keep), dtype=np.intp, count=len(active))]
+    active = np.flatnonzero(~np.array(nodes.archived, dtype=bool))
+    if not active.size:
+        return plan
+    recency = _exp_of_distinct(lam, np.array(nodes.anchor_us, dtype=np.int64)[active],
+                               now_us, zero=None)
+    if recency is None:
+        return None
+    floor = np.array(nodes.floor, dtype=np.float64)[active]
+    best = best[active]
     has_live = best != -np.inf
     max_edge = np.where(has_live, best, 0.0)
-    recency = np.fromiter(map(math.exp, ((-lam) * since).tolist()), dtype=np.float64,
-                          count=len(active))
     with np.errstate(all="ignore"):
         rel = 0.8 * max_edge + 0.2 * recency
         effective = np.where(rel > floor, rel, floor)           # max(floor, rel)
@@ -224,35 +218,10 @@ def _plan_nodes(plan: _Plan, graph: ContextGraph, cfg: DecayConfig, now: datetim
         relevance = np.where(clamped > 0.0, clamped, 0.0)         # max(0.0, clamped)
         archive = (~has_live & (effective < cfg.min_node_relevance)
                    & (floor < cfg.min_node_relevance))
-    plan.nodes = active
-    plan.relevance = relevance.tolist()
-    plan.archive = list(itertools.compress(active, archive.tolist()))
-    return True
-
-
-def _hours_since(now: datetime, anchors: list[datetime]) -> FloatArray | None:
-    """`[_hours(now, a) for a in anchors]` for naive datetimes; None for anything else."""
-    if type(now) is not datetime or now.tzinfo is not None:
-        return None
-    if len(_EPOCH_US) > _EPOCH_US_SIZE:
-        _EPOCH_US.clear()
-    try:
-        found = list(map(_EPOCH_US.get, anchors))
-    except TypeError:   # unhashable: let the loop meet it
-        return None
-    for i in itertools.compress(range(len(found)), map(operator.is_, found,
-                                                       itertools.repeat(None))):
-        anchor = anchors[i]
-        if type(anchor) is not datetime or anchor.tzinfo is not None:
-            return None
-        found[i] = _EPOCH_US[anchor] = (anchor - _EPOCH) // _MICROSECOND
-    now_us = (now - _EPOCH) // _MICROSECOND
-    delta = now_us - np.array(found, dtype=np.int64)
-    if delta.size and int(np.abs(delta).max()) >= _EXACT_INT:
-        return None
-    seconds = delta.astype(np.float64) / 1e6     # timedelta.total_seconds: µs / 10**6
-    hours = seconds / 3600.0
-    return np.where(hours > 0.0, hours, 0.0)     # max(0.0, hours)
+    plan.active = active
+    plan.relevance = relevance
+    plan.archive = active[archive].tolist()
+    return plan
 
 
 def maybe_tick_decay(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> DecayReport | None:

@@ -24,7 +24,6 @@ import math
 import operator
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -410,7 +409,7 @@ def _write(graph: ContextGraph, src: str, dst: str, edge_type: EdgeType, weight:
     edge = MemoryEdge(src=src, dst=dst, type=edge_type,
                       weight=max(0.0, min(1.0, float(weight))),
                       created_at=now, updated_at=now, evidence=evidence, metadata=metadata)
-    graph.upsert_edge(replace(edge, metadata=dict(metadata)))
+    graph.upsert_edge(edge.replaced(metadata=dict(metadata)))
     return edge
 
 

@@ -5,20 +5,26 @@ insertion-ordered dicts, so neighbour order, storage order and the effect of rem
 re-adding an edge are the library's. Ties in BFS and PPR follow that order.
 
 Beside the dicts the graph keeps every edge as a row with the positions of its ends
-(`edge_table`), so a pass that does not depend on order, such as decay, reads arrays
-instead of walking the dicts.
+(`edge_table`), and the decaying attributes of nodes and edges in columns
+(engine/records.py), so a pass that does not depend on order, such as decay, reads and
+writes arrays instead of walking the dicts.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
+
+# Nodes and edges are defined beside their columns; everything else imports them from here.
+from .records import EdgeColumns, NodeColumns
+from .records import MemoryEdge as MemoryEdge
+from .records import MemoryNode as MemoryNode
 
 FloatArray = npt.NDArray[np.float64]
 PositionArray = npt.NDArray[np.intp]
@@ -40,42 +46,6 @@ class EdgeType(enum.StrEnum):
 
 # Decay never touches these (MSPR.md section 2.2).
 STICKY_EDGE_TYPES = frozenset({EdgeType.CAUSAL, EdgeType.CONTRADICTS})
-
-
-@dataclass(slots=True)
-class MemoryNode:
-    id: str
-    hash: str
-    created_at: datetime
-    updated_at: datetime
-    version: int = 1
-    prev_version_id: str | None = None
-    relevance: float = 1.0
-    relevance_floor: float = 0.0
-    archived: bool = False
-    user_id: str | None = None
-    agent_id: str | None = None
-    run_id: str | None = None
-    last_accessed_at: datetime | None = None
-    access_count: int = 0
-    helpful_count: int = 0
-    unhelpful_count: int = 0
-    last_feedback_at: datetime | None = None
-    tenant_id: str | None = None
-    sub_tenant_id: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class MemoryEdge:
-    src: str
-    dst: str
-    type: EdgeType
-    weight: float
-    created_at: datetime
-    updated_at: datetime
-    evidence: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +95,10 @@ class ContextGraph:
     """Nodes (None marks a bare node created by an edge endpoint), edges and embeddings.
 
     `version` changes on every structural or weight change, so derived views (the PPR
-    matrix, the access-count peak) can be cached and rebuilt only when needed.
+    matrix, the access-count peak) can be cached and rebuilt only when needed; the
+    adjacency cache follows `_structure`, which changes only when an edge comes or goes.
+    The decaying attributes of nodes and edges live in `node_columns` and `edge_columns`
+    (engine/records.py).
     """
 
     def __init__(self) -> None:
@@ -135,9 +108,12 @@ class ContextGraph:
         self.embeddings: dict[str, Embedding] = {}
         self.last_decay_tick: datetime | None = None
         self.version = 0
+        self._structure = 0
         self._peak: int | None = None
         self._adjacent: dict[str, Adjacent] = {}
         self._adjacent_version = -1
+        self.node_columns = NodeColumns()     # by node position
+        self.edge_columns = EdgeColumns()     # by edge row
         # `edge_table`'s rows, kept as edges come and go: a removed edge leaves None
         # until the next `edge_table` call compacts the rows.
         self._position: dict[str, int] = {}       # node id -> its index in `nodes`
@@ -156,10 +132,21 @@ class ContextGraph:
             self.nodes[node_id] = None
             self._succ[node_id] = {}
             self._pred[node_id] = {}
+            self.node_columns.append_bare()
 
     def add_node(self, node: MemoryNode) -> None:
-        """Insert or replace a node; a node keeps the position it first had."""
+        """Insert or replace a node; a node keeps the position it first had.
+
+        The node's decaying attributes move into the graph's columns; a node it replaces
+        takes its own back. (A node object belongs to one graph at a time.)
+        """
         self._ensure(node.id)
+        old = self.nodes[node.id]
+        if old is not None and old is not node:
+            old.unbind()
+        position = self._position[node.id]
+        if not node.bound_to(self.node_columns, position):
+            node.bind(self.node_columns, position)
         self.nodes[node.id] = node
         self.changed()
 
@@ -170,6 +157,13 @@ class ContextGraph:
         """Call after mutating nodes or edges in place: drops cached derived views."""
         self.version += 1
         self._peak = None
+
+    def decayed(self, *, archived: bool) -> None:
+        """`changed` after a decay tick, which touches no access count and archives a node
+        only if `archived`: the access-count peak survives otherwise."""
+        self.version += 1
+        if archived:
+            self._peak = None
 
     def set_embedding(self, node_id: str, values: Sequence[float]) -> None:
         self.embeddings[node_id] = Embedding.of(values)
@@ -211,11 +205,13 @@ class ContextGraph:
         self._succ[edge.src].setdefault(edge.dst, {})[edge.type] = edge
         self._pred[edge.dst].setdefault(edge.src, {})[edge.type] = edge
         self._row_of[(edge.src, edge.dst, edge.type)] = len(self._rows)
+        edge.bind(self.edge_columns)
         self._rows.append(edge)
         self._row_src.append(self._position[edge.src])
         self._row_dst.append(self._position[edge.dst])
         self._row_sticky.append(edge.type in STICKY_EDGE_TYPES)
         self._table = None
+        self._structure += 1
         self.changed()
         return edge
 
@@ -224,7 +220,7 @@ class ContextGraph:
         by_type = self._succ.get(edge.src, {}).get(edge.dst)
         if not by_type or edge.type not in by_type:
             return
-        del by_type[edge.type]
+        by_type.pop(edge.type).unbind()
         del self._pred[edge.dst][edge.src][edge.type]
         if not by_type:
             del self._succ[edge.src][edge.dst]
@@ -232,6 +228,7 @@ class ContextGraph:
         self._rows[self._row_of.pop((edge.src, edge.dst, edge.type))] = None
         self._removed_rows += 1
         self._table = None
+        self._structure += 1
         if self._removed_rows > max(1024, len(self._row_of)):
             self._compact_rows()
         self.changed()
@@ -265,6 +262,9 @@ class ContextGraph:
         renumber = dict(zip(kept, range(len(kept)), strict=True))
         self._row_of = {key: renumber[row] for key, row in self._row_of.items()}
         self._rows = [self._rows[i] for i in kept]
+        self.edge_columns.keep(kept)
+        for row, edge in enumerate(self._rows):
+            cast(MemoryEdge, edge).move_to(row)
         self._row_src = [self._row_src[i] for i in kept]
         self._row_dst = [self._row_dst[i] for i in kept]
         self._row_sticky = [self._row_sticky[i] for i in kept]
@@ -281,13 +281,13 @@ class ContextGraph:
         """Every edge of a node except self loops, in `neighbours` order, unfiltered.
 
         Three parallel tuples: the node at the other end, the edge, and its key (src, dst,
-        type value). The structure is cached per node until `version` changes; weights and
-        archived flags are not part of it, so callers filter on the live `edge.weight` and
-        nodes. (Parallel tuples keep the cache nearly invisible to the garbage collector.)
+        type value). The structure is cached per node until an edge comes or goes; weights
+        and archived flags are not part of it, so callers filter on the live `edge.weight`
+        and nodes. (Parallel tuples keep the cache nearly invisible to the garbage collector.)
         """
-        if self._adjacent_version != self.version:
+        if self._adjacent_version != self._structure:
             self._adjacent.clear()
-            self._adjacent_version = self.version
+            self._adjacent_version = self._structure
         found = self._adjacent.get(node_id)
         if found is None:
             others: list[str] = []

@@ -1,0 +1,383 @@
+"""Memory nodes and edges whose decaying attributes live in columns (MSPR.md section 2).
+
+The decay tick (MSPR.md 5.1) reads and writes a few attributes of every node and edge:
+edge weight and `updated_at`; node relevance, floor, archived flag, `updated_at` and
+`last_accessed_at`. Held as attributes of ~10^4 Python objects, reading them into arrays
+and writing them back cost milliseconds per tick. So a graph keeps them in columns (one
+per attribute, indexed by node position or edge row) and a node or edge object
+reads and writes its own row through properties. A node or edge outside a graph owns
+one-row columns of its own; `ContextGraph` binds it to the graph's columns when it is
+added and gives it its own again when it is replaced or removed.
+
+Floats sit in `array('d')` columns and times beside their µs since 1970 in `array('q')`
+ones, so the tick copies them into NumPy and back whole. A flag, `exotic`, is set for good
+the first time something arrives that the arrays cannot hold as it is (a weight, relevance
+or floor that is not a float, which turns those columns into lists of the very objects
+assigned; a time that is not a naive `datetime`; an archived flag that is not a bool; a
+node id changed after the node was added): the tick then reads the objects one by one, as
+the library does (engine/decay.py), and every read returns exactly what was written.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, MutableSequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .graph import EdgeType
+
+_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = _EPOCH.resolution
+# Naive datetime -> µs since 1970. Times repeat a lot (a tick stamps every edge with the
+# same `now`); the memo is emptied when it grows past this many entries.
+_EPOCH_US: dict[datetime, int] = {}
+_EPOCH_US_SIZE = 1 << 18
+
+
+def epoch_us(when: object) -> int | None:
+    """µs since 1970 of a naive `datetime` (exact: integer arithmetic); None otherwise."""
+    if type(when) is not datetime or when.tzinfo is not None:
+        return None
+    found = _EPOCH_US.get(when)
+    if found is None:
+        if len(_EPOCH_US) > _EPOCH_US_SIZE:
+            _EPOCH_US.clear()
+        found = _EPOCH_US[when] = (when - _EPOCH) // _MICROSECOND
+    return found
+
+
+class NodeColumns:
+    """The decaying attributes of nodes, by node position (`ContextGraph.nodes` order).
+
+    relevance and floor are `array('d')` (numbers the tick copies in one go) until a value
+    that is not a float arrives: then they turn into lists and `exotic` is set. A bare
+    position (an edge endpoint without a node) holds placeholders, archived True, so that
+    the tick, which skips archived nodes, skips it.
+    """
+
+    __slots__ = ("accessed", "anchor_us", "archived", "exotic", "floor", "relevance",
+                 "updated_at")
+
+    def __init__(self) -> None:
+        self.relevance: MutableSequence[Any] = array("d")
+        self.floor: MutableSequence[Any] = array("d")
+        self.archived: list[Any] = []
+        self.updated_at: list[Any] = []
+        self.accessed: list[Any] = []
+        self.anchor_us = array("q")   # of `last_accessed_at or updated_at`; 0 if exotic
+        self.exotic = False
+
+    def append(self, relevance: Any, floor: Any, archived: Any, updated_at: Any,
+               accessed: Any) -> int:
+        row = len(self.archived)
+        self.append_bare()
+        self.put_relevance(row, relevance)
+        self.put_floor(row, floor)
+        self.put_archived(row, archived)
+        self.updated_at[row] = updated_at
+        self.accessed[row] = accessed
+        self.refresh_anchor(row)
+        return row
+
+    def append_bare(self) -> None:
+        """Placeholders for a bare position: archived, so the tick skips it."""
+        self.relevance.append(0.0)
+        self.floor.append(0.0)
+        self.archived.append(True)
+        self.updated_at.append(_EPOCH)
+        self.accessed.append(None)
+        self.anchor_us.append(0)
+
+    def go_exotic(self) -> None:
+        self.exotic = True
+        self.relevance = list(self.relevance)
+        self.floor = list(self.floor)
+
+    def put_relevance(self, row: int, value: Any) -> None:
+        if type(value) is not float and not self.exotic:
+            self.go_exotic()
+        self.relevance[row] = value
+
+    def put_floor(self, row: int, value: Any) -> None:
+        if type(value) is not float and not self.exotic:
+            self.go_exotic()
+        self.floor[row] = value
+
+    def put_archived(self, row: int, value: Any) -> None:
+        if type(value) is not bool:
+            self.exotic = True
+        self.archived[row] = value
+
+    def refresh_anchor(self, row: int) -> None:
+        us = epoch_us(self.accessed[row] or self.updated_at[row])
+        if us is None:
+            self.exotic = True
+            us = 0
+        self.anchor_us[row] = us
+
+
+class EdgeColumns:
+    """The decaying attributes of edges, by row (`ContextGraph`'s edge rows); weight is an
+    `array('d')` until a value that is not a float arrives (then a list, and `exotic`)."""
+
+    __slots__ = ("exotic", "updated_at", "updated_us", "weight")
+
+    def __init__(self) -> None:
+        self.weight: MutableSequence[Any] = array("d")
+        self.updated_at: list[Any] = []
+        self.updated_us = array("q")   # 0 if exotic
+        self.exotic = False
+
+    def append(self, weight: Any, updated_at: Any) -> int:
+        row = len(self.updated_at)
+        self.weight.append(0.0)
+        self.updated_at.append(None)
+        self.updated_us.append(0)
+        self.put_weight(row, weight)
+        self.put_updated_at(row, updated_at)
+        return row
+
+    def put_weight(self, row: int, value: Any) -> None:
+        if type(value) is not float and not self.exotic:
+            self.exotic = True
+            self.weight = list(self.weight)
+        self.weight[row] = value
+
+    def put_updated_at(self, row: int, value: Any) -> None:
+        self.updated_at[row] = value
+        us = epoch_us(value)
+        if us is None:
+            self.exotic = True
+            us = 0
+        self.updated_us[row] = us
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only `rows`, in that order (compaction after removals)."""
+        weight = [self.weight[i] for i in rows]
+        self.weight = weight if self.exotic else array("d", weight)
+        self.updated_at = [self.updated_at[i] for i in rows]
+        self.updated_us = array("q", [self.updated_us[i] for i in rows])
+
+
+class MemoryNode:
+    """A memory (MSPR.md 2.1). Fields and defaults as the library's; compared by value."""
+
+    __slots__ = ("_cols", "_row", "access_count", "agent_id", "created_at", "hash",
+                 "helpful_count", "id", "last_feedback_at", "metadata", "prev_version_id",
+                 "run_id", "sub_tenant_id", "tenant_id", "unhelpful_count", "user_id",
+                 "version")
+    FIELDS = ("id", "hash", "created_at", "updated_at", "version", "prev_version_id",
+              "relevance", "relevance_floor", "archived", "user_id", "agent_id", "run_id",
+              "last_accessed_at", "access_count", "helpful_count", "unhelpful_count",
+              "last_feedback_at", "tenant_id", "sub_tenant_id", "metadata")
+    id: str
+    _cols: NodeColumns
+    _row: int
+
+    def __init__(self, id: str, hash: str, created_at: datetime, updated_at: datetime,
+                 version: int = 1, prev_version_id: str | None = None,
+                 relevance: float = 1.0, relevance_floor: float = 0.0,
+                 archived: bool = False, user_id: str | None = None,
+                 agent_id: str | None = None, run_id: str | None = None,
+                 last_accessed_at: datetime | None = None, access_count: int = 0,
+                 helpful_count: int = 0, unhelpful_count: int = 0,
+                 last_feedback_at: datetime | None = None, tenant_id: str | None = None,
+                 sub_tenant_id: str | None = None,
+                 metadata: dict[str, Any] | None = None) -> None:
+        object.__setattr__(self, "id", id)
+        self.hash = hash
+        self.created_at = created_at
+        self.version = version
+        self.prev_version_id = prev_version_id
+        self.user_id = user_id
+        self.agent_id = agent_id
+        self.run_id = run_id
+        self.access_count = access_count
+        self.helpful_count = helpful_count
+        self.unhelpful_count = unhelpful_count
+        self.last_feedback_at = last_feedback_at
+        self.tenant_id = tenant_id
+        self.sub_tenant_id = sub_tenant_id
+        self.metadata = {} if metadata is None else metadata
+        self._cols = NodeColumns()
+        self._row = self._cols.append(relevance, relevance_floor, archived, updated_at,
+                                      last_accessed_at)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The array tick finds a node's edges by its position; a renamed node sends the
+        # graph's ticks to the loop, which reads the edges of the new id as the library does.
+        if name == "id":
+            self._cols.exotic = True
+        object.__setattr__(self, name, value)
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        # copy.deepcopy and pickle restore the slots; no renaming is going on.
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
+
+    # ---- the column-backed attributes ----------------------------------------------
+    @property
+    def relevance(self) -> float:
+        return self._cols.relevance[self._row]  # type: ignore[no-any-return]
+
+    @relevance.setter
+    def relevance(self, value: float) -> None:
+        self._cols.put_relevance(self._row, value)
+
+    @property
+    def relevance_floor(self) -> float:
+        return self._cols.floor[self._row]  # type: ignore[no-any-return]
+
+    @relevance_floor.setter
+    def relevance_floor(self, value: float) -> None:
+        self._cols.put_floor(self._row, value)
+
+    @property
+    def archived(self) -> bool:
+        return self._cols.archived[self._row]  # type: ignore[no-any-return]
+
+    @archived.setter
+    def archived(self, value: bool) -> None:
+        self._cols.put_archived(self._row, value)
+
+    @property
+    def updated_at(self) -> datetime:
+        return self._cols.updated_at[self._row]  # type: ignore[no-any-return]
+
+    @updated_at.setter
+    def updated_at(self, value: datetime) -> None:
+        self._cols.updated_at[self._row] = value
+        self._cols.refresh_anchor(self._row)
+
+    @property
+    def last_accessed_at(self) -> datetime | None:
+        return self._cols.accessed[self._row]  # type: ignore[no-any-return]
+
+    @last_accessed_at.setter
+    def last_accessed_at(self, value: datetime | None) -> None:
+        self._cols.accessed[self._row] = value
+        self._cols.refresh_anchor(self._row)
+
+    # ---- binding -------------------------------------------------------------------
+    def _column_values(self) -> tuple[Any, Any, Any, Any, Any]:
+        return (self.relevance, self.relevance_floor, self.archived, self.updated_at,
+                self.last_accessed_at)
+
+    def bound_to(self, cols: NodeColumns, row: int) -> bool:
+        return self._cols is cols and self._row == row
+
+    def bind(self, cols: NodeColumns, row: int) -> None:
+        """Move the column-backed values into `cols` at `row` (the graph's)."""
+        relevance, floor, archived, updated_at, accessed = self._column_values()
+        cols.put_relevance(row, relevance)
+        cols.put_floor(row, floor)
+        cols.put_archived(row, archived)
+        cols.updated_at[row] = updated_at
+        cols.accessed[row] = accessed
+        cols.refresh_anchor(row)
+        object.__setattr__(self, "_cols", cols)
+        object.__setattr__(self, "_row", row)
+
+    def unbind(self) -> None:
+        """Take the values into one-row columns of its own (the graph let it go)."""
+        cols = NodeColumns()
+        row = cols.append(*self._column_values())
+        object.__setattr__(self, "_cols", cols)
+        object.__setattr__(self, "_row", row)
+
+    # ---- value semantics (what the dataclass gave) ------------------------------------
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not MemoryNode:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return _repr(self, self.FIELDS)
+
+    def __copy__(self) -> MemoryNode:
+        return MemoryNode(*self._values())
+
+
+class MemoryEdge:
+    """A typed weighted edge (MSPR.md 2.2). Fields and defaults as the library's."""
+
+    __slots__ = ("_cols", "_row", "created_at", "dst", "evidence", "metadata", "src", "type")
+    FIELDS = ("src", "dst", "type", "weight", "created_at", "updated_at", "evidence",
+              "metadata")
+
+    def __init__(self, src: str, dst: str, type: EdgeType, weight: float,
+                 created_at: datetime, updated_at: datetime, evidence: str | None = None,
+                 metadata: dict[str, Any] | None = None) -> None:
+        self.src = src
+        self.dst = dst
+        self.type = type
+        self.created_at = created_at
+        self.evidence = evidence
+        self.metadata = {} if metadata is None else metadata
+        self._cols = EdgeColumns()
+        self._row = self._cols.append(weight, updated_at)
+
+    @property
+    def weight(self) -> float:
+        return self._cols.weight[self._row]  # type: ignore[no-any-return]
+
+    @weight.setter
+    def weight(self, value: float) -> None:
+        self._cols.put_weight(self._row, value)
+
+    @property
+    def updated_at(self) -> datetime:
+        return self._cols.updated_at[self._row]  # type: ignore[no-any-return]
+
+    @updated_at.setter
+    def updated_at(self, value: datetime) -> None:
+        self._cols.put_updated_at(self._row, value)
+
+    def bind(self, cols: EdgeColumns) -> None:
+        """Append its values to `cols` (a graph's) and read and write them there."""
+        row = cols.append(self.weight, self.updated_at)
+        self._cols = cols
+        self._row = row
+
+    def move_to(self, row: int) -> None:
+        """Its row after the graph compacted its edge rows."""
+        self._row = row
+
+    def unbind(self) -> None:
+        cols = EdgeColumns()
+        self._row = cols.append(self.weight, self.updated_at)
+        self._cols = cols
+
+    def replaced(self, **changes: Any) -> MemoryEdge:
+        """A new, unbound edge with these fields changed (`dataclasses.replace`)."""
+        values = {name: getattr(self, name) for name in self.FIELDS}
+        values.update(changes)
+        return MemoryEdge(**values)
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not MemoryEdge:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return _repr(self, self.FIELDS)
+
+    def __copy__(self) -> MemoryEdge:
+        return MemoryEdge(*self._values())
+
+
+def _repr(obj: object, names: tuple[str, ...]) -> str:
+    fields: Iterator[str] = (f"{name}={getattr(obj, name)!r}" for name in names)
+    return f"{type(obj).__name__}({', '.join(fields)})"

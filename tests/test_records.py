@@ -1,0 +1,134 @@
+"""Nodes and edges whose decaying attributes live in the graph's columns (engine/records.py).
+
+An object reads and writes its own row; it keeps its values when the graph lets it go
+(replaced, removed), when rows are compacted, and across copies; values the arrays cannot
+hold (an int weight) are kept as they are and flag the columns `exotic`.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+
+from msprlab.engine.config import DecayConfig
+from msprlab.engine.decay import tick_decay
+from msprlab.engine.graph import ContextGraph, EdgeType, MemoryEdge, MemoryNode
+
+T = datetime(2026, 1, 1)
+
+
+def node(memory_id: str, **fields: object) -> MemoryNode:
+    return MemoryNode(id=memory_id, hash="", created_at=T, updated_at=T, **fields)  # type: ignore[arg-type]
+
+
+def edge(src: str, dst: str, weight: float = 0.5) -> MemoryEdge:
+    return MemoryEdge(src=src, dst=dst, type=EdgeType.REPLY_TO, weight=weight, created_at=T,
+                      updated_at=T)
+
+
+def test_a_node_reads_and_writes_its_row_in_the_graph() -> None:
+    graph = ContextGraph()
+    a, b = node("a", relevance=0.7), node("b", relevance_floor=0.2)
+    graph.add_node(a)
+    graph.add_node(b)
+    assert a.relevance == 0.7 and b.relevance_floor == 0.2
+    a.relevance = 0.4
+    assert graph.node_columns.relevance[0] == 0.4 and b.relevance == 1.0
+    a.last_accessed_at = T + timedelta(hours=1)
+    assert graph.node_columns.anchor_us[0] - graph.node_columns.anchor_us[1] == 3_600_000_000
+
+
+def test_a_replaced_node_keeps_its_values_and_the_new_one_takes_the_row() -> None:
+    graph = ContextGraph()
+    first = node("a", relevance=0.3)
+    graph.add_node(first)
+    second = node("a", relevance=0.9)
+    graph.add_node(second)
+    second.relevance = 0.8
+    assert first.relevance == 0.3 and second.relevance == 0.8
+    first.relevance = 0.1                       # no longer the graph's
+    assert graph.get("a") is second and second.relevance == 0.8
+
+
+def test_re_adding_the_same_node_keeps_its_values() -> None:
+    graph = ContextGraph()
+    a = node("a", relevance=0.3)
+    graph.add_node(a)
+    a.relevance = 0.25
+    graph.add_node(a)
+    assert a.relevance == 0.25 and len(graph.node_columns.archived) == 1
+
+
+def test_removed_and_compacted_edges_keep_their_own_values() -> None:
+    graph = ContextGraph()
+    made = [graph.upsert_edge(edge(f"a{i % 7}", f"b{i}", weight=i / 4000)) for i in range(3000)]
+    for e in made[:2000]:
+        graph.remove_edge(e)                    # compacts on its own past 1024 removals
+    assert len(graph.edge_columns.updated_at) < 3000
+    assert [e.weight for e in made] == [i / 4000 for i in range(3000)]
+    made[2500].weight = 0.99
+    row = [id(e) for e in graph.edge_table().edges].index(id(made[2500]))  # compacts again
+    assert graph.edge_columns.weight[row] == 0.99
+    made[0].weight = 0.123                      # removed: its own row, not the graph's
+    assert 0.123 not in [e.weight for e in graph.edges()]
+
+
+def test_a_deep_copied_graph_is_independent() -> None:
+    graph = ContextGraph()
+    graph.add_node(node("a"))
+    graph.upsert_edge(edge("a", "b"))
+    twin = copy.deepcopy(graph)
+    twin_node = twin.get("a")
+    assert twin_node is not None
+    twin_node.relevance = 0.1
+    next(twin.edges()).weight = 0.9
+    assert graph.get("a").relevance == 1.0      # type: ignore[union-attr]
+    assert next(graph.edges()).weight == 0.5
+    assert not twin.node_columns.exotic         # restoring the slots renames nothing
+
+
+def test_a_shallow_copy_is_a_free_standing_equal_node() -> None:
+    graph = ContextGraph()
+    a = node("a", relevance=0.6)
+    graph.add_node(a)
+    twin = copy.copy(a)
+    assert twin == a and twin is not a
+    twin.relevance = 0.2
+    assert a.relevance == 0.6 and twin != a
+
+
+def test_values_the_arrays_cannot_hold_are_kept_as_they_are() -> None:
+    graph = ContextGraph()
+    graph.add_node(node("a"))
+    e = graph.upsert_edge(edge("a", "b"))
+    assert not graph.edge_columns.exotic
+    e.weight = 1                                # an int stays an int
+    assert type(e.weight) is int and graph.edge_columns.exotic
+    n = graph.get("a")
+    assert n is not None
+    n.relevance_floor = 0
+    assert type(n.relevance_floor) is int and graph.node_columns.exotic
+
+
+def test_aware_times_and_renamed_nodes_flag_the_columns() -> None:
+    graph = ContextGraph()
+    graph.add_node(node("a"))
+    graph.add_node(node("b"))
+    graph.get("a").updated_at = T.replace(tzinfo=UTC)  # type: ignore[union-attr]
+    assert graph.node_columns.exotic
+    other = ContextGraph()
+    other.add_node(node("c"))
+    other.get("c").id = "d"                     # type: ignore[union-attr]
+    assert other.node_columns.exotic
+
+
+def test_a_tick_that_archives_nothing_keeps_the_access_count_peak() -> None:
+    graph = ContextGraph()
+    graph.add_node(node("a", access_count=3))
+    graph.upsert_edge(edge("a", "b", weight=0.9))
+    assert graph.peak_access_count() == 3
+    report = tick_decay(graph, DecayConfig(min_node_relevance=0.02), T + timedelta(hours=2))
+    assert report.archived == 0 and graph._peak == 3
+    report = tick_decay(graph, DecayConfig(min_node_relevance=1.0, min_edge_weight=0.95),
+                        T + timedelta(hours=4))
+    assert report.archived == 1 and graph._peak is None and graph.peak_access_count() == 0
