@@ -148,7 +148,11 @@ class ContextGraph:
         if not node.bound_to(self.node_columns, position):
             node.bind(self.node_columns, position)
         self.nodes[node.id] = node
+        peak = self._peak
         self.changed()
+        # A new node can only raise the peak (a negative count may undercut the default 0).
+        if old is None and peak is not None and (node.archived or node.access_count >= 0):
+            self._peak = peak if node.archived else max(peak, node.access_count)
 
     def get(self, node_id: str) -> MemoryNode | None:
         return self.nodes.get(node_id)

@@ -132,3 +132,15 @@ def test_a_tick_that_archives_nothing_keeps_the_access_count_peak() -> None:
     report = tick_decay(graph, DecayConfig(min_node_relevance=1.0, min_edge_weight=0.95),
                         T + timedelta(hours=4))
     assert report.archived == 1 and graph._peak is None and graph.peak_access_count() == 0
+
+
+def test_the_access_count_peak_follows_added_nodes() -> None:
+    graph = ContextGraph()
+    assert graph.peak_access_count() == 0
+    graph.add_node(node("a", access_count=-2))          # below the default: recomputed
+    assert graph.peak_access_count() == -2
+    graph.add_node(node("b", access_count=5))
+    graph.add_node(node("c", access_count=9, archived=True))
+    assert graph.peak_access_count() == 5
+    graph.add_node(node("b", access_count=1))           # a replaced node may lower it
+    assert graph.peak_access_count() == 1
