@@ -38,6 +38,7 @@ bench: setup  ## speed figures, printed as ratios measured side by side
 	$(BIN)/python -m msprlab.experiments.bench_engine
 	$(BIN)/python -m msprlab.experiments.bench_ingest
 	$(BIN)/python -m msprlab.experiments.bench_metrics
+	$(BIN)/python -m msprlab.experiments.bench_replay
 	$(BIN)/python -m msprlab.experiments.bench_tune
 
 # mypy resolves msprlab.* through a link tree, since the import packages map to

@@ -20,12 +20,23 @@ counting, per row, the candidates ahead of it: no per-search sort on the hot pat
 
 Searches are stored grouped by intent label, so each label's weights apply to one
 contiguous slice of rows as scalars.
+
+`scores` and `ranks_of` run as two loops compiled by numba (`_score_rows`, `_rank_rows`):
+one pass over the rows instead of two NumPy passes per term, and each rank counted over the
+row's own search. They are compiled without fastmath, so each multiplication and addition
+is the IEEE operation, in the order written, never contracted into a fused multiply-add:
+the doubles are those of the NumPy formulation (`scores_numpy`, `ranks_of_numpy`, kept as
+the kernels' test oracle) and of the sequential engine. numba is imported, and the kernels
+compiled or loaded from numba's on-disk cache (`cache=True`), on first use only (or
+ahead of it: `warm_up`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -34,7 +45,8 @@ from .config import RetrievalConfig
 from .intent import Intent, apply_weight_override
 
 __all__ = ["FEATURES", "INTENTS", "WEIGHTS", "CandidateBlock", "RowPlan", "intent_weights",
-           "plan_rows", "ranks_of", "row_ranks", "scores"]
+           "plan_rows", "ranks_of", "ranks_of_numpy", "row_ranks", "scores", "scores_numpy",
+           "warm_up"]
 
 # Feature k is multiplied by weight k, and the terms are added in this order (MSPR.md 10.5).
 FEATURES = ("dense", "lexical", "graph", "frequency", "personal", "success")
@@ -44,6 +56,7 @@ INTENTS: tuple[Intent, ...] = tuple(Intent)
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
 
 
 def intent_weights(weights: Sequence[float] | Floats, *, intent: bool = True) -> Floats:
@@ -164,6 +177,22 @@ def scores(block: CandidateBlock, weights: Sequence[float] | Floats, *,
            intent: bool = True, out: Floats | None = None) -> Floats:
     """(N,) final scores before the role pass, internal row order (into `out` if given)."""
     table = intent_weights(weights, intent=intent)
+    if out is None:
+        out = np.empty(block.n_rows)
+    # The kernel writes unchecked: anything but a C-contiguous float64 (N,) goes via scratch.
+    target = out if _c_floats(out, block.n_rows) else block.scratch(block.n_rows,
+                                                                     name="scores")
+    _kernels().score(block.features, block.relevance, block.intent_rows, table, target)
+    if target is not out:
+        out[...] = target
+    return out
+
+
+def scores_numpy(block: CandidateBlock, weights: Sequence[float] | Floats, *,
+                 intent: bool = True, out: Floats | None = None) -> Floats:
+    """`scores` as NumPy passes over each label's slice, term by term: the same doubles
+    (the compiled kernel's test oracle)."""
+    table = intent_weights(weights, intent=intent)
     f = block.features
     if out is None:
         out = np.empty(block.n_rows)
@@ -185,40 +214,37 @@ def scores(block: CandidateBlock, weights: Sequence[float] | Floats, *,
 
 @dataclass(frozen=True, eq=False)
 class RowPlan:
-    """What ranking a fixed set of rows needs besides the scores, computed once: each row's
-    search window (`start`, `width` wide) and which window cells are ahead of it on a tie
-    (`before`) or belong to its search at all (`inside`)."""
+    """What ranking a fixed set of rows needs besides the scores, computed once per block:
+    each row's search (its rows `start`:`start + count`), its `position` in it, the
+    search's `cut`, and whether a role multiplier other than 1 is in the search
+    (`affected`). `n_rows`: the planned block's (the kernel indexes scores unchecked)."""
 
     rows: Ints
     start: Ints
-    inside: npt.NDArray[np.bool_]
-    before: npt.NDArray[np.bool_]
+    count: Ints
+    position: Ints
+    cut: Ints
+    affected: Bools
+    n_rows: int
+    _masks: dict[str, Bools] = field(default_factory=dict, repr=False)
+
+    def masks(self, width: int) -> tuple[Bools, Bools]:
+        """(rows, width) window cells inside the row's search, and ahead of it on a tie
+        (the NumPy formulation's; built on first use)."""
+        if "inside" not in self._masks or self._masks["inside"].shape[1:] != (width,):
+            cells = np.arange(width)
+            self._masks["inside"] = cells < self.count[:, None]
+            self._masks["before"] = cells < self.position[:, None]
+        return self._masks["inside"], self._masks["before"]
 
 
 def plan_rows(block: CandidateBlock, rows: npt.ArrayLike) -> RowPlan:
     """The `RowPlan` of internal `rows` (for `ranks_of`)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    width = max(block.width, 1)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
     search = block.search[rows]
     start = block.starts[search]
-    count = block.starts[search + 1] - start
-    cells = np.arange(width)
-    return RowPlan(rows, start, cells < count[:, None],
-                   cells < block.position[rows][:, None])
-
-
-def _first_pass_ranks(block: CandidateBlock, score: Floats, plan: RowPlan) -> Ints:
-    """Rank of each planned row in its search's stable descending sort (0-based, before the
-    cut): the candidates scoring higher, plus the tied ones discovered earlier."""
-    width = max(block.width, 1)
-    padded = block.scratch(block.n_rows + width, name="padded")
-    padded[:block.n_rows] = score
-    padded[block.n_rows:] = np.nan
-    window = np.lib.stride_tricks.sliding_window_view(padded, width)[plan.start]
-    mine = score[plan.rows][:, None]
-    ahead = ((window > mine) & plan.inside) | ((window == mine) & plan.before)
-    found: Ints = np.count_nonzero(ahead, axis=1).astype(np.int64)
-    return found
+    return RowPlan(rows, start, block.starts[search + 1] - start, block.position[rows],
+                   block.cut[search], np.isin(search, block.role_searches), block.n_rows)
 
 
 def ranks_of(block: CandidateBlock, score: Floats, rows: npt.ArrayLike | RowPlan, *,
@@ -227,16 +253,45 @@ def ranks_of(block: CandidateBlock, score: Floats, rows: npt.ArrayLike | RowPlan
     -1 when it was cut. `roles` False ignores the role multipliers (roles off). Pass a
     `plan_rows` plan when the same rows are ranked for many weight vectors."""
     plan = rows if isinstance(rows, RowPlan) else plan_rows(block, rows)
+    if score.shape != (block.n_rows,) or plan.n_rows != block.n_rows:
+        raise ValueError(f"ranks_of: a block of {block.n_rows} rows, scores of shape "
+                         f"{score.shape} and a plan for {plan.n_rows} rows do not match")
+    out = np.empty(plan.rows.size, dtype=np.int64)
+    _kernels().rank(np.ascontiguousarray(score, dtype=np.float64), block.role, plan.start,
+                    plan.count, plan.position, plan.cut, plan.affected,
+                    bool(roles and block.role_searches.size), out)
+    return out
+
+
+def ranks_of_numpy(block: CandidateBlock, score: Floats, rows: npt.ArrayLike | RowPlan, *,
+                   roles: bool = True) -> Ints:
+    """`ranks_of` with NumPy: every planned row against its search's window at once, the
+    role pass on a grid of returned lists (the compiled kernel's test oracle)."""
+    plan = rows if isinstance(rows, RowPlan) else plan_rows(block, rows)
     rows = plan.rows
     first = _first_pass_ranks(block, score, plan)
-    kept = first < block.cut[block.search[rows]]
+    kept = first < plan.cut
     result = np.where(kept, first, -1)
     if not roles or block.role_searches.size == 0:
         return result
-    affected = np.isin(block.search[rows], block.role_searches)
-    if affected.any():
-        result[affected] = _second_pass(block, score, rows[affected])
+    if plan.affected.any():
+        result[plan.affected] = _second_pass(block, score, rows[plan.affected])
     return result
+
+
+def _first_pass_ranks(block: CandidateBlock, score: Floats, plan: RowPlan) -> Ints:
+    """Rank of each planned row in its search's stable descending sort (0-based, before the
+    cut): the candidates scoring higher, plus the tied ones discovered earlier."""
+    width = max(block.width, 1)
+    inside, before = plan.masks(width)
+    padded = block.scratch(block.n_rows + width, name="padded")
+    padded[:block.n_rows] = score
+    padded[block.n_rows:] = np.nan
+    window = np.lib.stride_tricks.sliding_window_view(padded, width)[plan.start]
+    mine = score[plan.rows][:, None]
+    ahead = ((window > mine) & inside) | ((window == mine) & before)
+    found: Ints = np.count_nonzero(ahead, axis=1).astype(np.int64)
+    return found
 
 
 def _second_pass(block: CandidateBlock, score: Floats, rows: Ints) -> Ints:
@@ -262,6 +317,106 @@ def _second_pass(block: CandidateBlock, score: Floats, rows: Ints) -> Ints:
         mine = rescored[j]
         out[i] = int((line > mine).sum() + ((line == mine)[:first[j]]).sum())
     return out
+
+
+# The compiled kernels. Plain Python over arrays, compiled by numba on first use, without
+# fastmath: every operation is the IEEE one, in the order written, never fused (no FMA).
+
+def _score_rows(features: Floats, relevance: Floats, bounds: Ints, table: Floats,
+                out: Floats) -> None:
+    """out[i] = (w0·f0 + w1·f1 + ... + w5·f5) × relevance, added left to right, a term with
+    weight 0 left out; the weights of label k for rows bounds[k]:bounds[k + 1]."""
+    f0, f1, f2, f3, f4, f5 = (features[0], features[1], features[2], features[3],
+                              features[4], features[5])
+    for k in range(bounds.size - 1):
+        w0, w1, w2, w3, w4, w5 = (table[k, 0], table[k, 1], table[k, 2], table[k, 3],
+                                  table[k, 4], table[k, 5])
+        on1, on2, on3, on4, on5 = w1 != 0.0, w2 != 0.0, w3 != 0.0, w4 != 0.0, w5 != 0.0
+        for i in range(bounds[k], bounds[k + 1]):
+            acc = f0[i] * w0
+            if on1:
+                acc = acc + f1[i] * w1
+            if on2:
+                acc = acc + f2[i] * w2
+            if on3:
+                acc = acc + f3[i] * w3
+            if on4:
+                acc = acc + f4[i] * w4
+            if on5:
+                acc = acc + f5[i] * w5
+            out[i] = acc * relevance[i]
+
+
+def _rank_rows(score: Floats, role: Floats, start: Ints, count: Ints, position: Ints,
+               cut: Ints, affected: Bools, roles: bool, out: Ints) -> None:
+    """out[r]: the final rank of row start[r] + position[r] among rows start[r]:+count[r]
+    (one search), -1 when cut; see `ranks_of`."""
+    for r in range(start.size):
+        lo, n, p, c = start[r], count[r], position[r], cut[r]
+        me = score[lo + p]
+        # First pass: ahead of the row are the higher scores, and the ties found earlier.
+        earlier, later = score[lo:lo + p], score[lo + p + 1:lo + n]
+        ahead = 0
+        for i in range(earlier.size):
+            ahead += int(earlier[i] >= me)
+        for i in range(later.size):
+            ahead += int(later[i] > me)
+        if ahead >= c:
+            out[r] = -1
+            continue
+        if not (roles and affected[r]):
+            out[r] = ahead
+            continue
+        # Role pass over the returned list (first-pass order), stable: ahead of the row
+        # are the returned candidates rescoring higher, and the ties returned before it.
+        mine = me * role[lo + p]
+        window, weight = score[lo:lo + n], role[lo:lo + n]
+        rank = 0
+        passed = 0  # candidates after the row in the first pass, rescoring above it
+        for i in range(n):
+            s = window[i]
+            q = s * weight[i]
+            ahead_first = (s > me) | ((s == me) & (i < p))
+            rank += int(ahead_first & (q >= mine))  # ahead of it, so returned too
+            passed += int((not ahead_first) & (q > mine))
+        if passed and n > c:  # some may have been cut: count only the returned ones
+            for i in range(n):
+                s = window[i]
+                if (s > me) | ((s == me) & (i < p)) or not s * weight[i] > mine:
+                    continue
+                before = 0
+                for j in range(n):
+                    t = window[j]
+                    before += int((t > s) | ((t == s) & (j < i)))
+                passed -= int(before >= c)
+        out[r] = rank + passed
+
+
+class _Kernels(NamedTuple):
+    score: Callable[[Floats, Floats, Ints, Floats, Floats], None]
+    rank: Callable[[Floats, Floats, Ints, Ints, Ints, Ints, Bools, bool, Ints], None]
+
+
+def warm_up() -> None:
+    """Compile the kernels now, or load them from numba's cache: otherwise the first
+    `scores` and `ranks_of` pay it (about 1 s with the cache, a few s without)."""
+    block = CandidateBlock.build(search=[0, 0], features=np.ones((len(FEATURES), 2)),
+                                 relevance=[1.0, 1.0], role=[1.0, 0.5], search_intent=[0],
+                                 search_limit=[1])
+    ranks_of(block, scores(block, np.ones(len(WEIGHTS))), [0, 1])
+
+
+@cache
+def _kernels() -> _Kernels:
+    import numba
+
+    compile_: Callable[[Any], Any] = numba.njit(cache=True, nogil=True)  # no fastmath
+    return _Kernels(score=compile_(_score_rows), rank=compile_(_rank_rows))
+
+
+def _c_floats(a: Floats, n: int) -> bool:
+    return (a.dtype == np.float64 and a.shape == (n,) and a.flags.c_contiguous
+            and a.flags.writeable)
 
 
 def _padded(block: CandidateBlock, values: Floats) -> Floats:

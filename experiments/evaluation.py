@@ -29,6 +29,7 @@ from msprlab.engine.batch import (
     ranks_of,
     row_ranks,
     scores,
+    warm_up,
 )
 
 from .metrics import Judged, Metric, evaluate, judged_from_frames
@@ -98,6 +99,7 @@ class Scorer:
         rows = block.internal_rows(pairs["_row"].cast(pl.Int64).to_numpy())
         returned = np.empty(block.n_searches, dtype=np.int64)
         returned[block.searches] = block.returned()
+        warm_up()   # compile the batch kernels (or load numba's cache) before any trial
         bound = None
         if table.meta.get("weights_bound"):
             config = table.meta["config"]["retrieval"]
