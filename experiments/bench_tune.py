@@ -6,21 +6,31 @@ window of a time split (the last 30% of searches held out). Building the store a
 first replay take a minute or more; both are timed apart from the study.
 
 The study: `tune` with TPE (seed 0), every weight in [0, 1], objective ndcg@10, the default
-journal-file storage in a fresh temporary folder. Time is split by wrapping, in this
+journal-file storage in a fresh temporary folder; then the same study with Optuna's
+in-memory storage, summed up on one line, to show what the journal costs by difference
+(`--memory`: only the in-memory study, in full). Time is split by wrapping, in this
 process only:
 
+- the trials: the `tune` call up to the end of its study (preparation, creating or loading
+  the study, the 1,000 trials); the target applies to this;
 - sampling: `TPESampler.infer_relative_search_space`, `sample_relative`,
-  `sample_independent` (Optuna's TPE itself);
+  `sample_independent` (Optuna's TPE itself, with the storage calls TPE makes: with the
+  constant liar it writes each trial's proposal as a system attribute and re-reads the
+  trials; their time is printed on a line of its own);
 - harness: the trial function minus its `suggest_float` calls (so `Scorer.values`, the
   scoring and the metrics, plus building the arm and the means), the per-trial callback
   and the preparation (one baseline scoring to find the searches each objective covers);
-- storage and other Optuna: the rest of the study loop (trial creation and the journal's
-  appends, about 8 per trial, and its reads; `tune.ProcessSafeJournal` does not fsync each
-  append); `--journal-dir /dev/shm` puts the journal on a tmpfs, to show what the disk costs;
-- result: the trials frame, the best arm and PED-ANOVA, once at the end.
+- storage and the rest of Optuna's study loop: what is left (creating each trial, writing
+  its six parameters and its state, reading the journal back after each write, deep
+  copies of the trial for the callback); the journal operations per trial are counted.
+  `tune.ProcessSafeJournal` appends under an `flock` without fsync; `--journal-dir
+  /dev/shm` puts the journal on a tmpfs, to show what the disk costs;
+- the result: the trials frame, the best arm and PED-ANOVA, computed once after the study
+  (importing scikit-learn, through `optuna.importance`, is most of it): printed on its own
+  line, not part of the trials' time.
 
-Targets: 1,000 trials under 60 s, the harness under 20% of it. The machine is shared; the
-load average is printed.
+Targets: 1,000 trials under 60 s, everything but the sampling under 20% of it. The machine
+is shared; the load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -31,12 +41,14 @@ import os
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 import polars as pl
+from optuna.storages import InMemoryStorage, JournalStorage
 
 from msprlab.engine.batch import WEIGHTS
 
@@ -48,28 +60,52 @@ from .tune import Objective, SearchSpace, tune
 
 DEFAULT_STORE = Path("build/bench/locomo.duckdb")
 SAMPLING = ("infer_relative_search_space", "sample_relative", "sample_independent")
+STORAGE_READS_WRITES = ("get_all_trials", "get_trial", "set_trial_system_attr",
+                        "set_trial_user_attr", "set_trial_param", "get_study_directions",
+                        "get_study_system_attrs", "get_study_user_attrs")
 
 
 class Clock:
-    """Seconds spent in wrapped callables, by name (outermost calls only per name)."""
+    """Seconds spent in wrapped callables and their calls, by name. A name's group is its
+    part before the first dot; calls nested in a call of the same group add no time (they
+    are in it). `within`: only calls made while a call of that group runs are timed and
+    counted; `count`: what a call counts for (e.g. the logs in a journal append)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.depth: dict[str, int] = defaultdict(int)
 
-    def wrap(self, owner: Any, attribute: str, name: str) -> None:
+    def wrap(self, owner: Any, attribute: str, name: str, *, within: str | None = None,
+             count: Callable[..., int] | None = None) -> None:
         original = getattr(owner, attribute)
+        group = name.split(".")[0]
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if within is not None and not self.depth[within]:
+                return original(*args, **kwargs)
+            self.calls[name] += 1 if count is None else count(*args, **kwargs)
+            self.depth[group] += 1
             start = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[name] += time.perf_counter() - start
-                self.calls[name] += 1
+                self.depth[group] -= 1
+                if not self.depth[group]:
+                    self.seconds[name] += time.perf_counter() - start
 
         setattr(owner, attribute, timed)
+
+    def snapshot(self) -> Clock:
+        copy = Clock()
+        copy.seconds.update(self.seconds)
+        copy.calls.update(self.calls)
+        return copy
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
 
 
 def ensure_store(store: Path, searches: int, seed: int) -> None:
@@ -112,10 +148,17 @@ def train_scorer(store: Path, metric: str) -> tuple[Scorer, Any]:
 def instrument(clock: Clock) -> None:
     for method in SAMPLING:
         clock.wrap(optuna.samplers.TPESampler, method, f"sampling.{method}")
+    # The storage calls TPE makes (inside the sampling's time).
+    for storage in (JournalStorage, InMemoryStorage):
+        for method in STORAGE_READS_WRITES:
+            clock.wrap(storage, method, "storage in sampling", within="sampling")
+    clock.wrap(tune_module.ProcessSafeJournal, "append_logs", "journal.appends",
+               count=lambda _self, logs: len(logs))
+    clock.wrap(tune_module.ProcessSafeJournal, "read_logs", "journal.reads")
     clock.wrap(tune_module._Objective, "__call__", "objective")
     clock.wrap(optuna.trial.Trial, "suggest_float", "suggest_float")
     clock.wrap(Scorer, "values", "scorer.values")
-    clock.wrap(tune_module._Reporter, "__call__", "callback")
+    clock.wrap(tune_module._AfterTrial, "__call__", "callback")
     clock.wrap(tune_module, "_prepare", "prepare")
     clock.wrap(tune_module, "_result", "result")
 
@@ -129,66 +172,115 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--metric", default="ndcg@10")
     parser.add_argument("--memory", action="store_true",
-                        help="an in-memory study instead of the journal file: what Optuna's "
-                             "persistence costs, by difference")
+                        help="only the in-memory study, reported in full (by default the "
+                             "journal study is, and the in-memory one on a line after it)")
     parser.add_argument("--journal-dir", type=Path, default=None,
                         help="where the study's journal file goes (default: the system's "
-                             "temporary folder); on a tmpfs such as /dev/shm the journal's "
-                             "fsync costs nothing, which isolates the disk's share")
+                             "temporary folder); on a tmpfs such as /dev/shm writing costs "
+                             "no disk at all, which isolates the disk's share")
     args = parser.parse_args(argv)
     ensure_store(args.store, args.searches, seed=1)
     scorer, config = train_scorer(args.store, args.metric)
     clock = Clock()
     instrument(clock)
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    folder = tempfile.TemporaryDirectory(prefix="bench-tune-", dir=args.journal_dir)
-    print(f"study: {args.trials:,} TPE trials (seed {args.seed}), six weights in [0, 1], "
-          f"{args.metric}, journal file in {folder.name}; shared machine, load average "
-          f"{load}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-tune-", dir=args.journal_dir) as folder:
+        storage = ":memory:" if args.memory else str(Path(folder) / "bench.journal")
+        where = "in memory" if args.memory else f"journal file in {folder}"
+        print(f"study: {args.trials:,} TPE trials (seed {args.seed}), six weights in [0, 1], "
+              f"{args.metric}, {where}; shared machine, load average {load_average()}",
+              flush=True)
+        first = run_study(clock, scorer, config, args, storage)
+    report(first, args.trials, journal=not args.memory)
+    if not args.memory:
+        clock.reset()
+        memory = run_study(clock, scorer, config, args, ":memory:")
+        m, j = split(memory), split(first)
+        print(f"the same study in memory (Optuna's InMemoryStorage; same trials: "
+              f"{same_trials(first.result, memory.result)}), just after: {m['total']:.2f} s, "
+              f"sampling {m['sampling']:.2f} s, everything but the sampling {m['rest']:.2f} s "
+              f"({m['rest'] / m['total']:.1%}), of which storage and the rest of Optuna's loop "
+              f"{m['other']:.2f} s: the journal's cost is about {j['other'] - m['other']:.2f} s "
+              f"({(j['other'] - m['other']) / args.trials * 1e3:.2f} ms per trial)")
+    return 0
+
+
+@dataclass(frozen=True)
+class Run:
+    clock: Clock
+    wall: float              # the tune call, result included
+    cpu: float               # this process's CPU time up to the last trial's callback
+    marks: list[float]       # time at every 100 finished trials
+    result: Any
+
+
+def run_study(clock: Clock, scorer: Scorer, config: Any, args: argparse.Namespace,
+              storage: str) -> Run:
     marks: list[float] = []
-    cpu = time.process_time()
+    cpu = [time.process_time()]
     start = time.perf_counter()
 
     def progress(done: int, total: int) -> None:
         if done % 100 == 0 or done == total:
             marks.append(time.perf_counter() - start)
+        if done == total:
+            cpu.append(time.process_time())
 
-    with folder:
-        result = tune(scorer, arm_of("base", config), SearchSpace.unit(WEIGHTS),
-                      [Objective(args.metric)], n_trials=args.trials, seed=args.seed,
-                      study_name="bench",
-                      storage=":memory:" if args.memory else Path(folder.name) / "bench.journal",
-                      progress=progress)
-        total = time.perf_counter() - start
-    report(clock, total, time.process_time() - cpu, args.trials, marks, result)
-    return 0
+    result = tune(scorer, arm_of("base", config), SearchSpace.unit(WEIGHTS),
+                  [Objective(args.metric)], n_trials=args.trials, seed=args.seed,
+                  study_name="bench", storage=storage, progress=progress)
+    wall = time.perf_counter() - start
+    return Run(clock.snapshot(), wall, cpu[-1] - cpu[0], marks, result)
 
 
-def report(clock: Clock, total: float, cpu: float, trials: int, marks: list[float],
-           result: Any) -> None:
-    s = clock.seconds
+def split(run: Run) -> dict[str, float]:
+    """The trials' time (the tune call but its one-time result) and its parts."""
+    s = run.clock.seconds
+    total = run.wall - s["result"]
     sampling = sum(s[f"sampling.{m}"] for m in SAMPLING)
     harness = s["objective"] - s["suggest_float"] + s["callback"] + s["prepare"]
-    other = total - sampling - harness - s["result"]
+    return {"total": total, "sampling": sampling, "rest": total - sampling,
+            "harness": harness, "other": total - sampling - harness}
+
+
+def same_trials(a: Any, b: Any) -> str:
+    return "yes" if a.trials.drop("seconds").equals(b.trials.drop("seconds")) else "NO"
+
+
+def load_average() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def report(run: Run, trials: int, *, journal: bool) -> None:
+    clock, result = run.clock, run.result
+    s = clock.seconds
+    parts = split(run)
+    total = parts["total"]
 
     def line(label: str, seconds: float, note: str = "") -> None:
-        print(f"  {label:42s} {seconds:8.2f} s  {seconds / total:6.1%}   "
+        print(f"  {label:44s} {seconds:8.2f} s  {seconds / total:6.1%}   "
               f"{seconds / trials * 1e3:7.2f} ms/trial  {note}")
 
-    print(f"total {total:.2f} s for {trials:,} trials: {total / trials * 1e3:.2f} ms per trial "
-          f"(target: < 60 s); this process's CPU time {cpu:.2f} s (wall minus CPU: waiting "
-          "for the disk's fsync or for a core on the shared machine)")
-    line("Optuna sampling (TPE)", sampling)
+    print(f"{trials:,} trials in {total:.2f} s, {total / trials * 1e3:.2f} ms per trial "
+          f"(target: < 60 s); this process's CPU time {run.cpu:.2f} s (wall minus CPU: waiting "
+          "for the disk or for a core on the shared machine)")
+    line("Optuna sampling (TPE)", parts["sampling"])
     for method in SAMPLING:
         line(f"  {method}", s[f"sampling.{method}"])
-    line("everything but Optuna's sampling", total - sampling,
-         "(the target's harness share: < 20%)")
-    line("  harness (scoring, metrics, bookkeeping)", harness)
-    line("  Scorer.values (scores + metrics)", s["scorer.values"])
-    line("  Optuna storage and study loop", other, "(journal appends, not fsync'ed)")
-    line("  result (frame, best arm, PED-ANOVA)", s["result"],
-         "(includes optuna.importance's scikit-learn import)")
-    print("  cumulative time every 100 trials: " + " ".join(f"{m:.1f}" for m in marks))
+    line("  of which TPE's own storage calls", s["storage in sampling"],
+         "(constant liar: its proposal as a system attr, the trials re-read)")
+    line("everything but Optuna's sampling", parts["rest"], "(target: < 20%)")
+    line("  harness (scoring, metrics, bookkeeping)", parts["harness"])
+    line("    Scorer.values (scores + metrics)", s["scorer.values"])
+    line("  Optuna storage and the rest of its loop", parts["other"],
+         "(journal: flock'ed appends, no fsync)" if journal else "(in-memory storage)")
+    if journal:
+        print(f"  journal operations per trial: {clock.calls['journal.appends'] / trials:.2f} "
+              f"appends, {clock.calls['journal.reads'] / trials:.2f} reads (whole study)")
+    print("  cumulative time every 100 trials: " + " ".join(f"{m:.1f}" for m in run.marks))
+    print(f"once, after the study (not in the {total:.2f} s above): result (trials frame, best "
+          f"arm, PED-ANOVA importance) {s['result']:.2f} s, most of it importing scikit-learn "
+          f"through optuna.importance; the tune call took {run.wall:.2f} s in all; load "
+          f"average now {load_average()}")
     best = result.best[0]
     frame: pl.DataFrame = result.trials
     print(f"  best {result.objectives[0].label()} {result.best_values[0][0]:.4f} "

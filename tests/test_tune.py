@@ -7,7 +7,12 @@ scorer with a journal file in the test's temporary folder.
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
+import pickle
+import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -16,6 +21,7 @@ import numpy as np
 import optuna
 import polars as pl
 import pytest
+from optuna.storages.journal import JournalFileBackend
 
 from msprlab.datasets.clicks import PositionBasedModel
 from msprlab.datasets.simulate import simulate_log
@@ -30,6 +36,7 @@ from msprlab.experiments.replay_cli import all_signals_config
 from msprlab.experiments.tune import (
     MIN_IMPORTANCE_TRIALS,
     Objective,
+    ProcessSafeJournal,
     SearchSpace,
     TrialRecord,
     best_config_snippet,
@@ -132,6 +139,87 @@ def test_two_processes_share_one_journal(journal_dir: Path) -> None:
     assert (result.trials["state"] == "COMPLETE").all()
     reloaded = optuna.load_study(study_name="study", storage=result.study._storage)
     assert len(reloaded.trials) == 24
+
+
+def _append_many(path: str, tag: int, n: int) -> None:
+    """In a spawned process: `n` appends of one log each."""
+    journal = ProcessSafeJournal(path)
+    for i in range(n):
+        journal.append_logs([{"op_code": 2, "tag": tag, "i": i, "pad": "x" * 300}])
+
+
+def test_journal_appends_from_two_processes_never_interleave(journal_dir: Path) -> None:
+    path = str(journal_dir / "j.journal")
+    context = multiprocessing.get_context("spawn")
+    children = [context.Process(target=_append_many, args=(path, tag, 400)) for tag in (1, 2)]
+    for child in children:
+        child.start()
+    _append_many(path, 0, 400)
+    for child in children:
+        child.join(timeout=120)
+        assert child.exitcode == 0
+    logs = list(ProcessSafeJournal(path).read_logs(0))
+    assert len(logs) == 1200
+    for tag in (0, 1, 2):  # every line whole, each process's in its order
+        assert [log["i"] for log in logs if log["tag"] == tag] == list(range(400))
+
+
+def test_a_killed_process_releases_the_journal_lock(journal_dir: Path) -> None:
+    path = journal_dir / "j.journal"
+    path.touch()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(path)!r}, os.O_WRONLY | os.O_APPEND)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        journal = ProcessSafeJournal(str(path))
+        writer = threading.Thread(target=journal.append_logs, args=([{"op_code": 2}],))
+        writer.start()
+        writer.join(timeout=0.5)
+        assert writer.is_alive()  # waits for the lock a writer in another process holds
+        holder.kill()
+        writer.join(timeout=10)
+        assert not writer.is_alive()  # the kernel dropped the killed process's lock
+    finally:
+        holder.kill()
+        holder.wait()
+    assert list(ProcessSafeJournal(str(path)).read_logs(0)) == [{"op_code": 2}]
+
+
+def test_journal_reads_as_optunas_backend(journal_dir: Path) -> None:
+    path = journal_dir / "j.journal"
+    ours = ProcessSafeJournal(str(path))
+    ours.append_logs([{"op_code": 2, "i": i} for i in range(5)])
+    with open(path, "ab") as f:
+        f.write(b'{"op_code": 2, "i": 5')  # a line another process is still appending
+    theirs = JournalFileBackend(str(path))
+    for start in (0, 3, 5, 9):
+        assert list(ours.read_logs(start)) == list(theirs.read_logs(start))
+    assert [log["i"] for log in ours.read_logs(3)] == [3, 4]
+    with open(path, "ab") as f:
+        f.write(b"}\n")
+    assert [log["i"] for log in ours.read_logs(3)] == [3, 4, 5]
+    copy = pickle.loads(pickle.dumps(ours))  # reopens its files
+    copy.append_logs([{"op_code": 2, "i": 6}])
+    assert [log["i"] for log in ours.read_logs(5)] == [5, 6]
+    assert list(ours.read_logs(0)) == list(JournalFileBackend(str(path)).read_logs(0))
+
+
+def test_the_trial_callback_stops_once_the_study_holds_the_target() -> None:
+    study = optuna.create_study(direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(2):  # as if another process had finished two trials
+        study.tell(study.ask(), 0.5)
+    seen: list[int] = []
+    reads: list[int] = []
+    get_trials = study.get_trials
+    study.get_trials = lambda *a, **k: reads.append(1) or get_trials(*a, **k)  # type: ignore
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=10,
+                   callbacks=[tune_module._AfterTrial(5, lambda s, t: seen.append(t.number))])
+    assert len(reads) == 1  # the trials are read only once their numbers reach the target
+    assert seen == [2, 3, 4] and len(get_trials()) == 5
 
 
 def test_random_sampler_and_wilcoxon_pruner(journal_dir: Path) -> None:
