@@ -7,9 +7,9 @@ A replay records, per candidate, every weight-independent input of the final sco
 
 with the additions left to right (NumPy's elementwise IEEE operations in the same order
 give the same doubles as the sequential engine), α/β/γ/δ moved per intent label and
-clamped to [0, 1] by `apply_weight_override` itself, and the gates the engine applies: a
-term whose weight is 0 is not added (the engine adds 0·0.0; only the sign of a zero score
-can differ, which no comparison sees).
+clamped to [0, 1] by `override_weights` (the arithmetic of `apply_weight_override`), and
+the gates the engine applies: a term whose weight is 0 is not added (the engine adds
+0·0.0; only the sign of a zero score can differ, which no comparison sees).
 
 The ranking is the engine's: a stable sort by score, descending (ties keep discovery
 order), cut to max(1, limit); then, where a soft role policy is on, each returned score is
@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .config import RetrievalConfig
-from .intent import Intent, apply_weight_override
+from .intent import Intent, override_weights
 
 __all__ = ["FEATURES", "INTENTS", "WEIGHTS", "CandidateBlock", "RowPlan", "intent_weights",
            "plan_rows", "ranks_of", "ranks_of_numpy", "row_ranks", "scores", "scores_numpy",
@@ -70,13 +70,11 @@ def intent_weights(weights: Sequence[float] | Floats, *, intent: bool = True) ->
                          f"got {len(base)}")
     if not intent:
         return np.tile(np.array(base), (len(INTENTS), 1))
-    cfg = RetrievalConfig(alpha_dense=base[0], beta_bm25=base[1], gamma_graph=base[2],
-                          epsilon_frequency=base[3], delta_personal=base[4],
-                          zeta_success=base[5])
-    rows = []
-    for label in INTENTS:
-        moved = apply_weight_override(cfg, label)
-        rows.append([getattr(moved, name) for name in WEIGHTS])
+    # Validates the weights (range errors name the key); the overrides need no config.
+    RetrievalConfig(alpha_dense=base[0], beta_bm25=base[1], gamma_graph=base[2],
+                    epsilon_frequency=base[3], delta_personal=base[4], zeta_success=base[5])
+    rows = [list(override_weights(label, dict(zip(WEIGHTS, base, strict=True))).values())
+            for label in INTENTS]
     return np.array(rows, dtype=np.float64)
 
 

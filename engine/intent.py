@@ -130,21 +130,26 @@ def apply_weight_override(cfg: RetrievalConfig, label: Intent) -> RetrievalConfi
 
     Returns `cfg` itself when the label changes nothing (EXPLORATORY, UNKNOWN), else a copy.
     """
-    deltas = INTENT_DELTAS[label]
-    if all(delta == 0.0 for delta in deltas.values()):
+    if all(delta == 0.0 for delta in INTENT_DELTAS[label].values()):
         return cfg
+    moved = override_weights(label, {"alpha_dense": cfg.alpha_dense,
+                                     "beta_bm25": cfg.beta_bm25,
+                                     "gamma_graph": cfg.gamma_graph,
+                                     "delta_personal": cfg.delta_personal})
+    return dataclasses.replace(cfg, alpha_dense=moved["alpha_dense"],
+                               beta_bm25=moved["beta_bm25"], gamma_graph=moved["gamma_graph"],
+                               delta_personal=moved["delta_personal"])
 
-    def moved(name: str, old: float) -> float:
-        delta = deltas.get(name, 0.0)
-        return old if delta == 0.0 else _clamp_unit(old + delta)
 
-    return dataclasses.replace(
-        cfg,
-        alpha_dense=moved("alpha_dense", cfg.alpha_dense),
-        beta_bm25=moved("beta_bm25", cfg.beta_bm25),
-        gamma_graph=moved("gamma_graph", cfg.gamma_graph),
-        delta_personal=moved("delta_personal", cfg.delta_personal),
-    )
+def override_weights(label: Intent, weights: Mapping[str, float]) -> dict[str, float]:
+    """`weights` with the label's deltas added, each moved weight clamped to [0, 1].
+
+    The arithmetic of `apply_weight_override`, without building a configuration (the
+    batch scorer calls it for every trial).
+    """
+    deltas = INTENT_DELTAS[label]
+    return {name: old if deltas.get(name, 0.0) == 0.0 else _clamp_unit(old + deltas[name])
+            for name, old in weights.items()}
 
 
 class IntentRouter:
