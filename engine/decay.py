@@ -106,6 +106,7 @@ class _ColumnPlan:
 
     changed: PositionArray      # edge rows whose weight and updated_at change
     weights: FloatArray         # every edge row's weight after the tick (pruned ones kept)
+    every_edge: bool            # whether `changed` holds every edge (holes aside)
     pruned: list[MemoryEdge]
     active: PositionArray       # node positions the node pass wrote
     relevance: FloatArray       # their relevance
@@ -117,8 +118,8 @@ class _ColumnPlan:
             edges.weight = array("d", self.weights.tobytes())
             now_us = epoch_us(now)
             assert now_us is not None          # _plan_columns checked it
-            if self.changed.size == len(edges.updated_at):
-                edges.updated_at = [now] * self.changed.size
+            if self.every_edge:     # the holes' placeholders may take `now` too
+                edges.updated_at = [now] * len(edges.updated_at)
             else:
                 for row in self.changed.tolist():
                     edges.updated_at[row] = now
@@ -169,37 +170,40 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     now_us = epoch_us(now)
     if now_us is None:
         return None
-    table = graph.edge_table()              # compacts: rows line up with the columns
+    table = graph.edge_table()              # `aging_at` indexes it, `rows` the columns
     edges = graph.edge_columns
     weight = np.array(edges.weight, dtype=np.float64)
     aging_at = np.flatnonzero(~table.sticky)
+    aging_rows = table.rows[aging_at]
     # -1.0 marks Δh = 0 (the edge is skipped); e^x is never negative.
-    factor = _exp_of_distinct(lam, np.array(edges.updated_us, dtype=np.int64)[aging_at],
+    factor = _exp_of_distinct(lam, np.array(edges.updated_us, dtype=np.int64)[aging_rows],
                               now_us, zero=-1.0)
     if factor is None:
         return None
-    old = weight[aging_at]
+    old = weight[aging_rows]
     with np.errstate(all="ignore"):
         new = old * factor
         moves = factor >= 0.0
         prune = moves & (new < cfg.min_edge_weight)
         change = moves & ~prune & (np.abs(new - old) > 1e-6)
-    changed = aging_at[change]
+    changed = aging_rows[change]
     weight[changed] = new[change]
     plan = _ColumnPlan(changed=changed, weights=weight,
+                       every_edge=changed.size == len(table.edges),
                        pruned=[table.edges[i] for i in aging_at[prune].tolist()],
                        active=np.empty(0, dtype=np.intp), relevance=np.empty(0), archive=[])
     if cfg.min_node_relevance <= 0:
         return plan
     # The node pass sees the weights after the edge pass, of the edges left.
-    kept = np.ones(len(weight), dtype=bool)
+    kept = np.ones(len(table.edges), dtype=bool)
     kept[aging_at[prune]] = False
-    live = kept & (weight >= cfg.min_edge_weight)
+    table_weight = weight[table.rows]
+    live = kept & (table_weight >= cfg.min_edge_weight)
     nodes = graph.node_columns
     # Live weights are >= min_edge_weight >= 0, so -inf is "no live edge".
     best = np.full(len(nodes.relevance), -np.inf)
-    np.maximum.at(best, table.src[live], weight[live])
-    np.maximum.at(best, table.dst[live], weight[live])
+    np.maximum.at(best, table.src[live], table_weight[live])
+    np.maximum.at(best, table.dst[live], table_weight[live])
     active = np.flatnonzero(~np.array(nodes.archived, dtype=bool))
     if not active.size:
         return plan

@@ -77,12 +77,16 @@ class EdgeTable:
         Position of `edge.src` / `edge.dst` in `ContextGraph.nodes` (insertion order).
     sticky : ndarray, shape (n_edges,)
         Whether the edge's type is in `STICKY_EDGE_TYPES`.
+    rows : ndarray, shape (n_edges,)
+        The edge's row in `ContextGraph.edge_columns` (rows of removed edges are skipped
+        until the graph compacts them).
     """
 
     edges: list[MemoryEdge]
     src: PositionArray
     dst: PositionArray
     sticky: BoolArray
+    rows: PositionArray
 
 
 _Adjacency = dict[str, dict[str, dict[EdgeType, MemoryEdge]]]
@@ -115,7 +119,7 @@ class ContextGraph:
         self.node_columns = NodeColumns()     # by node position
         self.edge_columns = EdgeColumns()     # by edge row
         # `edge_table`'s rows, kept as edges come and go: a removed edge leaves None
-        # until the next `edge_table` call compacts the rows.
+        # until the holes outnumber the edges (`remove_edge` compacts them then).
         self._position: dict[str, int] = {}       # node id -> its index in `nodes`
         self._rows: list[MemoryEdge | None] = []
         self._row_of: dict[tuple[str, str, EdgeType], int] = {}
@@ -202,7 +206,7 @@ class ContextGraph:
                 existing.evidence = edge.evidence
             if edge.metadata:
                 existing.metadata.update(edge.metadata)
-            self.changed()
+            self.version += 1         # edges: the access-count peak stands
             return existing
         self._ensure(edge.src)
         self._ensure(edge.dst)
@@ -216,7 +220,7 @@ class ContextGraph:
         self._row_sticky.append(edge.type in STICKY_EDGE_TYPES)
         self._table = None
         self._structure += 1
-        self.changed()
+        self.version += 1
         return edge
 
     def remove_edge(self, edge: MemoryEdge) -> None:
@@ -235,7 +239,7 @@ class ContextGraph:
         self._structure += 1
         if self._removed_rows > max(1024, len(self._row_of)):
             self._compact_rows()
-        self.changed()
+        self.version += 1
 
     def edges(self) -> Iterator[MemoryEdge]:
         """Every edge in storage order: by source in node order, then target, then type."""
@@ -250,12 +254,16 @@ class ContextGraph:
         matter; `edges()` gives storage order.
         """
         if self._table is None:
-            self._compact_rows()
+            # Holes are skipped, not compacted: decay prunes a few edges a tick, and
+            # compacting every row each time would cost more than the tick.
+            rows = np.fromiter((row for row, edge in enumerate(self._rows) if edge is not None),
+                               dtype=np.intp)
             self._table = EdgeTable(
-                edges=cast(list[MemoryEdge], list(self._rows)),  # compacted: no None
-                src=np.array(self._row_src, dtype=np.intp),
-                dst=np.array(self._row_dst, dtype=np.intp),
-                sticky=np.array(self._row_sticky, dtype=bool))
+                edges=cast(list[MemoryEdge], [self._rows[row] for row in rows.tolist()]),
+                src=np.array(self._row_src, dtype=np.intp)[rows],
+                dst=np.array(self._row_dst, dtype=np.intp)[rows],
+                sticky=np.array(self._row_sticky, dtype=bool)[rows],
+                rows=rows)
         return self._table
 
     def _compact_rows(self) -> None:
