@@ -9,7 +9,8 @@ floor that is not a float, a time that is not a naive datetime, a renamed node; 
 raises. Every float operation is the loop's own, on the same doubles in the same order
 (no fused or reordered arithmetic), with two exceptions that are exact by construction:
 
-- e^x is `math.exp`, called once per distinct time: `np.exp` may differ in the last bit.
+- e^x is the C library's `exp`, which CPython's `math.exp` calls, run over the arrays by
+  a loop numba compiles (`_exp_each`): `np.exp` may differ in the last bit.
 - Δh is the µs since 1970 of `now` and of the other time subtracted as integers, then
   divided by 10^6 and 3600.0 as floats: `timedelta.total_seconds` divides the same
   integer by 10^6, rounding once, and below 2^53 µs (285 years) an int64 converts to a
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
@@ -147,19 +150,34 @@ def _hours_of(now_us: int, then_us: npt.NDArray[np.int64]) -> FloatArray | None:
     return np.where(hours > 0.0, hours, 0.0)
 
 
-def _exp_of_distinct(lam: float, then_us: npt.NDArray[np.int64], now_us: int,
-                     *, zero: float | None) -> FloatArray | None:
-    """e^(-λ·Δh) per time, `math.exp` once per distinct time; `zero` where Δh = 0 when
-    given. None past 2^53 µs."""
-    distinct, inverse = np.unique(then_us, return_inverse=True)
-    hours = _hours_of(now_us, distinct)
+def _exp_of(lam: float, then_us: npt.NDArray[np.int64], now_us: int,
+            *, zero: float | None) -> FloatArray | None:
+    """e^(-λ·Δh) per time; `zero` where Δh = 0 when given. None past 2^53 µs."""
+    hours = _hours_of(now_us, then_us)
     if hours is None:
         return None
-    exps = np.fromiter(map(math.exp, ((-lam) * hours).tolist()), dtype=np.float64,
-                       count=hours.size)          # -lam * h, as the loop writes it
+    exps = np.empty(hours.size)
+    _exp_kernel()((-lam) * hours, exps)      # -lam * h, as the loop writes it
     if zero is not None:
         exps[hours == 0] = zero
-    return exps[inverse]
+    return exps
+
+
+def _exp_each(x: FloatArray, out: FloatArray) -> None:
+    # Compiled by numba: its math.exp calls the C library's exp, the very function behind
+    # CPython's math.exp, so each value is the loop's (np.exp may differ in the last bit).
+    # The arguments are -λ·Δh <= 0: no overflow, where math.exp would raise.
+    for i in range(x.size):
+        out[i] = math.exp(x[i])
+
+
+@cache
+def _exp_kernel() -> Callable[[FloatArray, FloatArray], None]:
+    import numba  # imported on the first tick only
+
+    kernel: Callable[[FloatArray, FloatArray], None] = numba.njit(
+        cache=True, nogil=True)(_exp_each)     # no fastmath
+    return kernel
 
 
 def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
@@ -176,7 +194,7 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     aging_at = np.flatnonzero(~table.sticky)
     aging_rows = table.rows[aging_at]
     # -1.0 marks Δh = 0 (the edge is skipped); e^x is never negative.
-    factor = _exp_of_distinct(lam, np.array(edges.updated_us, dtype=np.int64)[aging_rows],
+    factor = _exp_of(lam, np.array(edges.updated_us, dtype=np.int64)[aging_rows],
                               now_us, zero=-1.0)
     if factor is None:
         return None
@@ -207,7 +225,7 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     active = np.flatnonzero(~np.array(nodes.archived, dtype=bool))
     if not active.size:
         return plan
-    recency = _exp_of_distinct(lam, np.array(nodes.anchor_us, dtype=np.int64)[active],
+    recency = _exp_of(lam, np.array(nodes.anchor_us, dtype=np.int64)[active],
                                now_us, zero=None)
     if recency is None:
         return None

@@ -286,3 +286,18 @@ def test_edge_table_after_many_removals() -> None:
     assert table.src.tolist() == [list(graph.nodes).index(e.src) for e in table.edges]
     graph.upsert_edge(made[0])                          # a removed key comes back last
     assert graph.edge_table().edges[-1] is made[0]
+
+
+def test_the_compiled_exp_is_math_exp_bit_for_bit() -> None:
+    """The tick's e^x (numba calling the C library's exp) against CPython's math.exp."""
+    import numpy as np
+
+    from msprlab.engine.decay import _exp_kernel
+    rng = np.random.default_rng(0)
+    x = np.concatenate([-rng.random(200_000) * 50, -rng.random(50_000) * 1e-3,
+                        -rng.exponential(3, 50_000), -rng.random(10_000) * 745,
+                        [0.0, -0.0, -np.inf, np.nan, -745.2, -1e-300, -5e-324]])
+    out = np.empty_like(x)
+    _exp_kernel()(x, out)
+    want = np.array([math.exp(v) for v in x.tolist()])
+    assert out.tobytes() == want.tobytes()
