@@ -9,7 +9,8 @@ the logging configuration would not reproduce the logged rankings. Both use this
   order (additions, then edges, then deletions at equal times);
 - `owner_cosine_seeds`: the default dense seeds, the cosine between a query vector and
   the unit embeddings of the query owner's memories that exist at that time, top
-  `DEFAULT_SEEDS`, ties in memory order;
+  `DEFAULT_SEEDS`, ties in memory order; `SeedPlan`: the same seeds for a stream of
+  searches known in advance, computed up front;
 - `project_queries`: query vectors from the query text alone, when none were stored.
 """
 
@@ -32,9 +33,9 @@ from msprlab.engine.state import EngineState
 
 from .schema import Dataset
 
-__all__ = ["DEFAULT_SEEDS", "Corpus", "Timeline", "corpus_of", "owner_cosine_seeds",
-           "project_queries", "single_embedder", "to_datetime", "to_us", "token_incidence",
-           "unit_rows"]
+__all__ = ["DEFAULT_SEEDS", "Corpus", "SeedPlan", "Timeline", "corpus_of", "owner_cosine_seeds",
+           "project_queries", "single_embedder", "stable_top", "to_datetime", "to_us",
+           "token_incidence", "unit_rows", "vector_matrix"]
 
 DEFAULT_SEEDS = 10
 _EPOCH = datetime(1970, 1, 1)
@@ -49,6 +50,9 @@ def to_us(moment: datetime) -> int:
 
 
 # ---- the corpus as arrays -----------------------------------------------------------------
+Owner = tuple[str | None, str | None, str | None]  # a query's (user_id, agent_id, run_id)
+
+
 @dataclass(frozen=True)
 class Corpus:
     """Memories, owner scopes and query facts, as arrays indexed by row."""
@@ -58,7 +62,7 @@ class Corpus:
     has_vector: npt.NDArray[np.bool_]
     query_ids: list[str]
     query_texts: list[str]
-    owners: list[tuple[str | None, str | None, str | None]]
+    owners: list[Owner]
     scope_rows: list[npt.NDArray[np.int64]]     # per query: memory rows in its owner scope
     answerable_us: npt.NDArray[np.float64]      # per query; inf when never answerable
     grades: list[dict[str, int]]                # per query: memory id -> relevance
@@ -87,7 +91,7 @@ def corpus_of(ds: Dataset) -> Corpus:
         if (rows < 0).any():
             bad = embeddings["memory_id"][int(np.argmax(rows < 0))]
             raise ValueError(f"embeddings: memory_id {bad!r} is not in memories")
-        matrix = unit_rows(np.asarray(embeddings["vector"].to_list(), dtype=np.float64))
+        matrix = unit_rows(vector_matrix(embeddings["vector"]))
         vectors = np.zeros((len(ids), matrix.shape[1]))
         vectors[rows] = matrix
         has_vector[rows] = True
@@ -99,7 +103,7 @@ def corpus_of(ds: Dataset) -> Corpus:
     queries = ds.queries
     owners = list(zip(queries["user_id"].to_list(), queries["agent_id"].to_list(),
                       queries["run_id"].to_list(), strict=True))
-    scopes: dict[tuple[str | None, str | None, str | None], npt.NDArray[np.int64]] = {}
+    scopes: dict[Owner, npt.NDArray[np.int64]] = {}
     for owner in dict.fromkeys(owners):
         if owner == (None, None, None):
             raise ValueError("queries: every query needs a user_id, agent_id or run_id "
@@ -130,6 +134,18 @@ def corpus_of(ds: Dataset) -> Corpus:
                   queries["text"].to_list(), owners, [scopes[o] for o in owners],
                   answerable, [grades[q] for q in queries["query_id"].to_list()],
                   [callers[o] for o in owners])
+
+
+def vector_matrix(vectors: pl.Series) -> npt.NDArray[np.float64]:
+    """A column of float lists as a float64 matrix, one row per list (exact: float32 and
+    float64 values convert to float64 exactly)."""
+    lengths = vectors.list.len()
+    if vectors.null_count() or lengths.n_unique() != 1 or not lengths[0]:
+        return np.asarray(vectors.to_list(), dtype=np.float64)  # ragged: numpy says how
+    flat = vectors.explode()
+    if flat.null_count():
+        return np.asarray(vectors.to_list(), dtype=np.float64)  # None becomes NaN
+    return flat.to_numpy().astype(np.float64).reshape(vectors.len(), lengths[0])
 
 
 def _caller(memories: pl.DataFrame, rows: npt.NDArray[np.int64]) -> dict[str, str]:
@@ -189,6 +205,12 @@ def project_queries(ds: Dataset, corpus: Corpus) -> npt.NDArray[np.float64]:
 
 
 # ---- the engine state on the timeline -----------------------------------------------------
+# What `Timeline` reads of a memory to add it.
+_PAYLOAD_COLUMNS = ("memory_id", "text", "user_id", "agent_id", "run_id", "tenant_id",
+                    "sub_tenant_id", "role", "allowed_roles", "metadata", "created_at",
+                    "updated_at")
+
+
 def _payload(row: dict[str, Any]) -> dict[str, Any]:
     """The vector-store row `Memory.add` stores: core fields, owner ids, metadata flat."""
     text = row["text"] or ""
@@ -217,51 +239,70 @@ class Timeline:
         self.state = state
         self.corpus = corpus
         self.seedable = np.zeros(len(corpus.memory_ids), dtype=bool)
-        self.rows = ds.memories.to_dicts()
-        created = ds.memories["created_at"].cast(pl.Int64).to_numpy()
+        memories, edges = ds.memories, ds.edges
+        self.memories = {name: memories[name].to_list() for name in _PAYLOAD_COLUMNS}
+        self.edges = {name: edges[name].to_list()
+                      for name in ("src", "dst", "type", "weight", "evidence")}
+        created = memories["created_at"].cast(pl.Int64).to_numpy()
         row_of = {m: i for i, m in enumerate(corpus.memory_ids)}
-        self.edges = ds.edges.to_dicts()
-        # (time, phase, index): additions, then edges, then deletions at equal times.
-        ops: list[tuple[int, int, int]] = [(int(t), 0, i) for i, t in enumerate(created)]
-        for j, edge in enumerate(self.edges):
-            ends = [row_of.get(edge["src"]), row_of.get(edge["dst"])]
-            if None in ends:
-                raise ValueError(f"edges: row {j} joins {edge['src']!r} -> {edge['dst']!r}, "
-                                 "which is not a memory")
-            if edge["type"] not in EdgeType.__members__:
-                raise ValueError(f"edges: row {j} has type {edge['type']!r}; known: "
-                                 f"{', '.join(EdgeType.__members__)}")
-            own = to_us(edge["created_at"]) if edge["created_at"] is not None else 0
-            ops.append((max(own, *(int(created[e]) for e in ends if e is not None)), 1, j))
-        deleted = ds.memories["deleted_at"].cast(pl.Int64).to_list()
-        ops += [(t, 2, i) for i, t in enumerate(deleted) if t is not None]
-        ops.sort()
-        self.ops = ops
+        src = [row_of.get(m) for m in self.edges["src"]]
+        dst = [row_of.get(m) for m in self.edges["dst"]]
+        _check_edges(self.edges, src, dst)
+        # An edge enters at its own time, or when its later end is added if that is later.
+        ends = np.maximum(created[np.array(src, dtype=np.int64)],
+                          created[np.array(dst, dtype=np.int64)])
+        edge_at = np.maximum(edges["created_at"].cast(pl.Int64).fill_null(0).to_numpy(), ends)
+        deleted = memories["deleted_at"].cast(pl.Int64).fill_null(0).to_numpy()
+        gone = np.flatnonzero(memories["deleted_at"].is_not_null().to_numpy())
+        # (time, phase, index) in order: additions, then edges, then deletions at equal times.
+        at = np.concatenate([created, edge_at, deleted[gone]])
+        phase = np.repeat([0, 1, 2], [created.size, edge_at.size, gone.size])
+        index = np.concatenate([np.arange(created.size), np.arange(edge_at.size), gone])
+        order = np.lexsort((index, phase, at))
+        self.ops: list[tuple[int, int, int]] = list(zip(
+            at[order].tolist(), phase[order].tolist(), index[order].tolist(), strict=True))
         self.next = 0
+        # per owner scope: its seedable rows (in row order) and their vectors, as of the
+        # last search in that scope
+        self._live: dict[Owner, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]] = {}
 
     def advance(self, until_us: int) -> None:
         """Apply every pending operation at or before `until_us`."""
+        ops = self.ops
         graph = self.state.graph
-        while self.next < len(self.ops) and self.ops[self.next][0] <= until_us:
-            at, phase, index = self.ops[self.next]
+        while self.next < len(ops) and ops[self.next][0] <= until_us:
+            at, phase, index = ops[self.next]
             self.next += 1
             if phase == 0:
                 self._add(index)
             elif phase == 1:
-                edge = self.edges[index]
+                edge = self.edges
                 moment = to_datetime(at)
                 graph.upsert_edge(MemoryEdge(
-                    src=edge["src"], dst=edge["dst"], type=EdgeType(edge["type"]),
-                    weight=max(0.0, min(1.0, float(edge["weight"]))), created_at=moment,
-                    updated_at=moment, evidence=edge["evidence"]))
+                    src=edge["src"][index], dst=edge["dst"][index],
+                    type=EdgeType(edge["type"][index]),
+                    weight=max(0.0, min(1.0, float(edge["weight"][index]))), created_at=moment,
+                    updated_at=moment, evidence=edge["evidence"][index]))
             else:
                 memory_id = self.corpus.memory_ids[index]
                 archive(graph, memory_id)
                 self.state.payloads.pop(memory_id, None)
                 self.seedable[index] = False
 
+    def live_scope(self, query: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """The rows of the query owner's memories that are seedable now, in row order, and
+        their vectors (`corpus.vectors[rows]`, copied only when the rows change)."""
+        assert self.corpus.vectors is not None
+        rows = self.corpus.scope_rows[query]
+        rows = rows[self.seedable[rows]]
+        owner = self.corpus.owners[query]
+        known = self._live.get(owner)
+        if known is None or not np.array_equal(known[0], rows):
+            known = self._live[owner] = (rows, self.corpus.vectors[rows])
+        return known
+
     def _add(self, index: int) -> None:
-        row = self.rows[index]
+        row = {name: column[index] for name, column in self.memories.items()}
         payload = _payload(row)
         memory_id = row["memory_id"]
         self.state.payloads[memory_id] = payload
@@ -272,17 +313,114 @@ class Timeline:
             tenant_id=row["tenant_id"], sub_tenant_id=row["sub_tenant_id"],
             metadata=dict(payload)))
         if self.corpus.vectors is not None and self.corpus.has_vector[index]:
-            self.state.graph.set_embedding(memory_id, self.corpus.vectors[index].tolist())
+            self.state.graph.set_embedding(memory_id, self.corpus.vectors[index].copy())
             self.seedable[index] = True
 
 
+def _check_edges(edges: dict[str, list[Any]], src: list[int | None],
+                 dst: list[int | None]) -> None:
+    """Every edge joins two memories and has a known type; else the first bad row's error."""
+    known = EdgeType.__members__
+    for j, (a, b, kind) in enumerate(zip(src, dst, edges["type"], strict=True)):
+        if a is None or b is None:
+            raise ValueError(f"edges: row {j} joins {edges['src'][j]!r} -> {edges['dst'][j]!r}, "
+                             "which is not a memory")
+        if kind not in known:
+            raise ValueError(f"edges: row {j} has type {kind!r}; known: {', '.join(known)}")
+
+
 def owner_cosine_seeds(corpus: Corpus, timeline: Timeline, query: int,
-                        vector: npt.NDArray[np.float64]) -> list[Seed]:
-    assert corpus.vectors is not None
-    rows = corpus.scope_rows[query]
-    rows = rows[timeline.seedable[rows]]
+                       vector: npt.NDArray[np.float64]) -> list[Seed]:
+    rows, vectors = timeline.live_scope(query)
     if rows.size == 0:
         return []
-    scores = corpus.vectors[rows] @ vector
-    top = np.argsort(-scores, kind="stable")[:DEFAULT_SEEDS]
-    return [Seed(corpus.memory_ids[rows[i]], float(scores[i])) for i in top]
+    scores = vectors @ vector
+    top = stable_top(-scores, DEFAULT_SEEDS)
+    ids = corpus.memory_ids
+    return [Seed(ids[row], score)
+            for row, score in zip(rows[top].tolist(), scores[top].tolist(), strict=True)]
+
+
+class SeedPlan:
+    """`owner_cosine_seeds` for a stream of searches known in advance (query rows at
+    non-decreasing times, from the timeline's current state): `seeds(k)` are the seeds of
+    the k-th search, as the timeline would give them at its time.
+
+    They are computed up front, owner by owner: an owner's live vectors are gathered once
+    per change of its live memories, and the searches in between are scored against them
+    back to back, while the matrix is still in the CPU's caches (one search at a time, the
+    matrix is read from memory each time). The products are the same, on the same
+    matrices, as one `owner_cosine_seeds` per search: only their order differs.
+    """
+
+    def __init__(self, corpus: Corpus, timeline: Timeline, searches: list[tuple[int, int]],
+                 vectors: npt.NDArray[np.float64]) -> None:
+        assert corpus.vectors is not None
+        self.ids = corpus.memory_ids
+        groups = _search_groups(corpus, timeline, searches)
+        self.top: list[tuple[list[int], list[float]]] = [([], [])] * len(searches)
+        for live, members in groups.values():
+            if live.size == 0:
+                continue
+            matrix = corpus.vectors[live]
+            for k in members:
+                scores = matrix @ vectors[searches[k][1]]
+                top = stable_top(-scores, DEFAULT_SEEDS)
+                self.top[k] = (live[top].tolist(), scores[top].tolist())
+
+    def seeds(self, k: int) -> list[Seed]:
+        rows, scores = self.top[k]
+        ids = self.ids
+        return [Seed(ids[row], score) for row, score in zip(rows, scores, strict=True)]
+
+
+def _search_groups(corpus: Corpus, timeline: Timeline, searches: list[tuple[int, int]],
+                   ) -> dict[tuple[Owner, int], tuple[npt.NDArray[np.int64], list[int]]]:
+    """The searches by owner and by the state of that owner's live memories: for each, the
+    live rows (as `Timeline.live_scope` gives them then) and the searches, in order.
+
+    The timeline's additions and deletions are followed on a copy of `seedable`, as
+    `Timeline.advance` applies them: an addition makes a memory with a vector seedable, a
+    deletion makes it unseedable; each change starts a new group for the owners whose
+    scope holds the memory.
+    """
+    owners_of: dict[int, list[Owner]] = {}
+    for owner, rows in dict(zip(corpus.owners, corpus.scope_rows, strict=True)).items():
+        for row in rows.tolist():
+            owners_of.setdefault(row, []).append(owner)
+    seedable = timeline.seedable.copy()
+    epoch: dict[Owner, int] = {}
+    groups: dict[tuple[Owner, int], tuple[npt.NDArray[np.int64], list[int]]] = {}
+    ops, done = timeline.ops, timeline.next
+    for k, (at, query) in enumerate(searches):
+        while done < len(ops) and ops[done][0] <= at:
+            _, phase, row = ops[done]
+            done += 1
+            if phase == 1:
+                continue
+            now = phase == 0 and bool(corpus.has_vector[row] or seedable[row])
+            if now != seedable[row]:
+                seedable[row] = now
+                for owner in owners_of.get(row, ()):
+                    epoch[owner] = epoch.get(owner, 0) + 1
+        owner = corpus.owners[query]
+        key = (owner, epoch.get(owner, 0))
+        group = groups.get(key)
+        if group is None:
+            rows = corpus.scope_rows[query]
+            group = groups[key] = (rows[seedable[rows]], [])
+        group[1].append(k)
+    return groups
+
+
+def stable_top(keys: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
+    """`np.argsort(keys, kind="stable")[:k]` without sorting every key: the k-th smallest
+    key bounds the first k, and those at or below it, kept in row order, sort stably."""
+    if keys.size <= k:
+        return np.argsort(keys, kind="stable")
+    kth = np.partition(keys, k - 1)[k - 1]
+    if np.isnan(kth):  # fewer than k numbers: the NaNs' order is argsort's business
+        return np.argsort(keys, kind="stable")[:k]
+    near = np.flatnonzero(keys <= kth)
+    top: npt.NDArray[np.intp] = near[np.argsort(keys[near], kind="stable")[:k]]
+    return top

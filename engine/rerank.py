@@ -16,7 +16,7 @@ from .graph import ContextGraph, Embedding
 from .ppr import ViewEdges
 from .scope import UNVERIFIABLE, Scope
 from .seeds import Payload
-from .text import TOKEN_CACHE, _tokens_of, cosine, cosines, tokens
+from .text import cosine, cosines, tokens
 
 Resolver = Callable[[Sequence[str]], Mapping[str, Payload]]
 Provider = Callable[[str], float]
@@ -125,7 +125,6 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
     next_similarity = iter(similarities).__next__ if similarities else None
     query_tokens = tokens(query)
     query_size = len(query_tokens)
-    disjoint, overlap = query_tokens.isdisjoint, query_tokens.intersection
     check_tenant = tenant_id is not None or sub_tenant_id is not None
     scope_items = list(scope.items())
     only_field, only_want = scope_items[0] if len(scope_items) == 1 else (None, None)
@@ -137,7 +136,7 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
     personal_of = personal if delta > 0 else None
     success_of = success if zeta > 0 else None
     node_of, resolved_of = graph.nodes.get, resolved.get
-    cached_tokens, tokens_of = TOKEN_CACHE.get, _tokens_of
+    doc_set_of = _DOC_SETS.get
     candidates: list[Candidate] = []
     append = candidates.append
     for cid, reach_score in reach.items():
@@ -197,13 +196,10 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
         if query_size:
             text = payload.get("memory", "")
             if text and isinstance(text, str):
-                # The tokens, as a tuple (a bag, repeats and all): text.tokens(text) inlined.
-                doc = cached_tokens(text)
+                doc = doc_set_of(text)
                 if doc is None:
-                    doc = tokens_of(text)
-                # |Q ∩ D| / |Q|; disjoint sets give 0 / |Q| = 0.0 without building Q ∩ D.
-                if doc and not disjoint(doc):
-                    lexical = len(overlap(doc)) / query_size
+                    doc = _doc_set(text)
+                lexical = len(query_tokens & doc) / query_size  # |Q ∩ D| / |Q|
         frequency = 0.0
         if node is None:
             relevance = 1.0
@@ -234,6 +230,20 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
         append(Candidate(cid, payload, was_seed, dense, lexical, graph_term, frequency,
                          personal_term, success_term, relevance, score))
     return candidates
+
+
+# text -> its token set, for the lexical term: a set meets the query's in a few lookups,
+# where the token tuple of `text.TOKEN_CACHE` is walked in full. Keyed by the text itself,
+# so an edited text is simply a new key; emptied when it holds this many texts.
+_DOC_SETS: dict[str, frozenset[str]] = {}
+_DOC_SETS_SIZE = 1 << 16
+
+
+def _doc_set(text: str) -> frozenset[str]:
+    if len(_DOC_SETS) >= _DOC_SETS_SIZE:
+        _DOC_SETS.clear()
+    found = _DOC_SETS[text] = tokens(text)
+    return found
 
 
 _RAISES = float("nan")  # marks a cosine that raises; compared by identity only

@@ -7,13 +7,15 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
 
 from .bfs import EdgeKey, expand_bfs
-from .config import RetrievalConfig
+from .config import EngineConfig, RetrievalConfig
 from .decay import DecayReport, maybe_tick_decay
 from .feedback import personal_boosts
-from .graph import Embedding
+from .graph import Embedding, FloatArray
 from .intent import EDGE_TYPE_PRIORS, Intent, IntentResult, apply_weight_override
 from .ppr import expand_ppr
 from .rerank import Candidate, Provider, SubgraphEdge, featurize, rank, subgraph
@@ -56,7 +58,7 @@ class Seed:
 class SearchRequest:
     query: str
     seeds: Sequence[Seed]
-    query_embedding: Sequence[float] | None = None
+    query_embedding: Sequence[float] | FloatArray | None = None  # a 1-D array counts by size
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
@@ -175,9 +177,7 @@ def search(state: EngineState, req: SearchRequest, *, now: datetime) -> SearchOu
     """`Memory.search` on the engine state at time `now`; raises SearchError where it does."""
     filters = effective_filters(req)
     hits = vector_results(state, req)
-    use_graph = req.use_context_graph is not False and state.config.context_graph_enabled and (
-        req.use_context_graph is True or state.config.retrieval.enabled)
-    if not use_graph:
+    if not _graph_path(state, req):
         return SearchOutcome(results=[_raw(hit) for hit in hits])
     ctx = role_context_from_filters(user_id=req.user_id, agent_id=req.agent_id,
                                     run_id=req.run_id, filters=filters)
@@ -187,6 +187,37 @@ def search(state: EngineState, req: SearchRequest, *, now: datetime) -> SearchOu
     return outcome
 
 
+def featurize_search(state: EngineState, req: SearchRequest, *, now: datetime) -> SearchOutcome:
+    """`search` up to its scored candidates, for callers that need features, not rankings.
+
+    The same checks and errors, and every side effect `search` has up to that point (the
+    decay tick on read, the intent cache); `candidates`, `intent`, `weights`, `decay` and
+    `notes` are `search`'s own. Nothing is ranked: `results` and `subgraph` stay empty
+    and there is no telemetry. Refused while access counting is on, as `search` then
+    counts accesses on its ranked results.
+    """
+    if counts_access(state.config):
+        raise ValueError("featurize_search: mspr.frequency counts accesses on the ranked "
+                         "results; run `search` instead")
+    filters = effective_filters(req)
+    hits = vector_results(state, req)
+    if not _graph_path(state, req):
+        return SearchOutcome(results=[])
+    ctx = role_context_from_filters(user_id=req.user_id, agent_id=req.agent_id,
+                                    run_id=req.run_id, filters=filters)
+    return _featurized(state, req, hits, filters, ctx, now=now).outcome
+
+
+def counts_access(config: EngineConfig) -> bool:
+    """Whether a search counts accesses on the results it returns (MSPR.md section 15)."""
+    return config.mspr.enabled and config.mspr.frequency.enabled
+
+
+def _graph_path(state: EngineState, req: SearchRequest) -> bool:
+    return req.use_context_graph is not False and state.config.context_graph_enabled and (
+        req.use_context_graph is True or state.config.retrieval.enabled)
+
+
 def _raw(hit: Payload) -> Candidate:
     score = float(hit.get("score") or 0.0)
     return Candidate(id=hit["id"], payload=hit, was_seed=True, dense=score, lexical=0.0,
@@ -194,14 +225,43 @@ def _raw(hit: Payload) -> Candidate:
                      score=score)
 
 
-def _mspr_on(state: EngineState) -> bool:
-    return state.config.context_graph_enabled and state.config.mspr.enabled
-
-
 def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payload],
                        filters: dict[str, Any], ctx: RoleContext, *,
                        now: datetime) -> SearchOutcome:
     """The stages of `_graph_first_rerank` in order (MSPR.md section 1, step 5)."""
+    mspr = state.config.mspr
+    scored = _featurized(state, req, hits, filters, ctx, now=now)
+    outcome = scored.outcome
+    if not scored.seed_count:
+        outcome.telemetry = _telemetry(state, outcome, 0) if mspr.enabled else None
+        return outcome
+    outcome.subgraph = subgraph(scored.edges_used, outcome.candidates, scored.scope)
+    results = rank(outcome.candidates, req.limit)
+    if scored.role_on and not mspr.role.hard_filter and state.policy is not None:
+        results = _soft_filter(state, results, ctx)
+    outcome.results = results
+    if counts_access(state.config):
+        for c in results[:req.limit]:
+            state.graph.record_access(c.id, now)
+    if mspr.enabled:
+        outcome.telemetry = _telemetry(state, outcome, scored.seed_count)
+    return outcome
+
+
+@dataclass(slots=True)
+class _Featurized:
+    """The rerank up to its scored candidates, and what the ranking stages need besides."""
+
+    outcome: SearchOutcome
+    seed_count: int = 0  # the vector hits left after the hard role filter
+    edges_used: Mapping[EdgeKey, float] = field(default_factory=dict)
+    scope: Scope = field(default_factory=dict)
+    role_on: bool = False
+
+
+def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
+                filters: dict[str, Any], ctx: RoleContext, *, now: datetime) -> _Featurized:
+    """`graph_first_rerank`'s stages up to the scored candidates (`outcome.candidates`)."""
     cfg = state.config
     mspr = cfg.mspr
     retrieval = cfg.retrieval
@@ -215,12 +275,11 @@ def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payloa
         retrieval = _weight_override(retrieval, outcome.intent.label)
     outcome.weights = retrieval
     if not hits:
-        outcome.telemetry = _telemetry(state, outcome, 0) if mspr.enabled else None
-        return outcome
+        return _Featurized(outcome)
     seeds = trim_seeds(hits, retrieval.seed_top_k)
     scope = scope_from_filters(filters)
     reach, edges_used = _expand(state, retrieval, seeds, scope, req, outcome)
-    query_embedding = Embedding.of(req.query_embedding) if req.query_embedding else None
+    query_embedding = _query_embedding(req.query_embedding)
     tenant = filters.get("tenant_id")
     sub_tenant = filters.get("sub_tenant_id")
     candidates = featurize(
@@ -234,17 +293,15 @@ def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payloa
     if cfg.corrections.strict_role_isolation and role_on and state.policy is not None:
         candidates = _strict_isolation(state, candidates, ctx)
     outcome.candidates = candidates
-    outcome.subgraph = subgraph(edges_used, candidates, scope)
-    results = rank(candidates, req.limit)
-    if role_on and not mspr.role.hard_filter and state.policy is not None:
-        results = _soft_filter(state, results, ctx)
-    outcome.results = results
-    if mspr.enabled and mspr.frequency.enabled:
-        for c in results[:req.limit]:
-            state.graph.record_access(c.id, now)
-    if mspr.enabled:
-        outcome.telemetry = _telemetry(state, outcome, len(hits))
-    return outcome
+    return _Featurized(outcome, len(hits), edges_used, scope, role_on)
+
+
+def _query_embedding(values: Sequence[float] | FloatArray | None) -> Embedding | None:
+    """The query vector, None when missing or empty. An array is taken as it is (no
+    conversion to floats and back) and counts as empty by its size, not its truth value."""
+    if isinstance(values, np.ndarray):  # `Embedding.of` takes arrays as they are
+        return Embedding.of(cast("Sequence[float]", values)) if values.size else None
+    return Embedding.of(values) if values else None
 
 
 # apply_weight_override per (config object, label): it builds and validates a new config.

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -50,12 +51,13 @@ from msprlab.datasets.dense_index import DenseIndex
 from msprlab.datasets.schema import Dataset
 from msprlab.datasets.timeline import (
     DEFAULT_SEEDS,
+    SeedPlan,
     Timeline,
     corpus_of,
-    owner_cosine_seeds,
     project_queries,
     to_datetime,
     unit_rows,
+    vector_matrix,
 )
 from msprlab.engine import (
     EngineConfig,
@@ -70,14 +72,20 @@ from msprlab.engine.config import IntentConfig, as_dict
 from msprlab.engine.intent import Classifier, Intent, IntentRouter
 from msprlab.engine.roles import (
     CompositePolicy,
+    RoleContext,
     RolePolicy,
     RoleScopePolicy,
     TenantIsolationPolicy,
-    apply_role_policy,
     role_context_from_filters,
     role_multipliers,
 )
-from msprlab.engine.search import effective_filters, search, seed_payload
+from msprlab.engine.search import (
+    counts_access,
+    effective_filters,
+    featurize_search,
+    search,
+    seed_payload,
+)
 
 __all__ = ["FEEDBACK_POLICY", "FREQUENCY_MODES", "CandidateTable", "FrequencyMode",
            "featurize_config", "replay", "table_key"]
@@ -294,45 +302,61 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
                              ds.queries["question_type"].to_list(), strict=True))
     role_soft = (run.mspr.enabled and run.mspr.role.enabled and not run.mspr.role.hard_filter
                  and policy is not None)
+    # Features are all the table needs; only when the replay counts accesses does a search
+    # need its ranking (the results it counts).
+    run_search = search if counts_access(run) else featurize_search
+    audit = _Audit(state.payloads)
     out = _Collector()
-    events = ds.events.sort("ts", "seq").with_columns(pl.col("ts").cast(pl.Int64))
+    # Memory events enter through the timeline; clicks, and in closed_loop the logged
+    # accesses, change nothing.
+    acting = ["feedback", "search"] + (["access"] if frequency == "logged" else [])
+    events = ds.events.filter(pl.col("kind").is_in(acting)).sort("ts", "seq").with_columns(
+        pl.col("ts").cast(pl.Int64))
     columns = ("event_id", "ts", "kind", "memory_id", "query_id", "user_id", "agent_id",
                "run_id", "query", "filters", "limit", "shown", "helpful")
-    rows = zip(*(events[c].to_list() for c in columns), strict=True)
+    values = {c: events[c].to_list() for c in columns}
+    plan = None  # the exact seeds of every evaluated search, computed up front
+    if seed_index is None:
+        plan = SeedPlan(corpus, timeline, [
+            (ts, query_row[q]) for kind, ts, q in zip(
+                values["kind"], values["ts"], values["query_id"], strict=True)
+            if kind == "search" and q in query_row], vectors)
+    planned = 0
+    rows = zip(*values.values(), strict=True)
     total = events.height
+    runs = [(state, timeline)] + ([] if check is None else [(check, check_timeline)])
+    moment_us, now = None, None
     for done, (event_id, ts, kind, memory_id, query_id, user, agent, run_id, text, filters,
                logged_limit, shown, helpful) in enumerate(rows):
         if progress is not None and done % 2048 == 0:
             progress(done, total)
-        states = [(state, timeline)] + ([] if check is None else [(check, check_timeline)])
+        if ts != moment_us:  # events come in bursts at one time: one datetime per burst
+            moment_us, now = ts, to_datetime(ts)
+        for _, tl in runs:
+            tl.advance(ts)
         if kind == "feedback":
-            for st, tl in states:
-                tl.advance(ts)
-                record_feedback(st, memory_id, helpful=bool(helpful), now=to_datetime(ts),
+            for st, _ in runs:
+                record_feedback(st, memory_id, helpful=bool(helpful), now=now,
                                 user_id=user, agent_id=agent, run_id=run_id, query=text)
-        elif kind == "access" and frequency == "logged":
-            for st, tl in states:
-                tl.advance(ts)
-                st.graph.record_access(memory_id, to_datetime(ts))
-        elif kind == "search":
+        elif kind == "access":
+            for st, _ in runs:
+                st.graph.record_access(memory_id, now)
+        else:
             q = query_row.get(query_id) if query_id is not None else None
             seeds = []
-            for _, tl in states:
-                tl.advance(ts)
-            if q is not None:
-                seeds = (owner_cosine_seeds(corpus, timeline, q, vectors[q])
-                         if seed_index is None else
-                         index_seeds(seed_index, corpus, timeline, q, vectors[q]))
+            if q is not None and plan is not None:
+                seeds, planned = plan.seeds(planned), planned + 1
+            elif q is not None and seed_index is not None:
+                seeds = index_seeds(seed_index, corpus, timeline, q, vectors[q])
             request = SearchRequest(
                 query=text, seeds=seeds, user_id=user, agent_id=agent, run_id=run_id,
                 filters=json.loads(filters) if filters and filters != "{}" else None,
                 limit=logged_limit if limit is None else limit,
-                query_embedding=None if q is None else vectors_as_tuples(vectors, q))
-            now = to_datetime(ts)
-            outcome, error = _search(state, request, now)
+                query_embedding=None if q is None else vectors[q])
+            outcome, error = _search(run_search, state, request, now)
             reference = None
             if check is not None:
-                checked, check_error = _search(check, request, now)
+                checked, check_error = _search(search, check, request, now)
                 reference = ([c.id for c in checked.results[:max(1, request.limit)]]
                              if checked is not None else None)
                 if (check_error is None) != (error is None):
@@ -348,7 +372,7 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
                 if role_soft and policy is not None:
                     multipliers = role_multipliers([c.entry() for c in outcome.candidates],
                                                    policy, ctx)
-                visible = _visible(state, outcome.candidates, ctx)
+                visible = audit.visible(outcome.candidates, ctx)
             out.search(event_id=event_id, ts=ts, query_id=query_id, query=text, user=user,
                        agent=agent, run=run_id, limit=request.limit,
                        intent=(label or Intent.UNKNOWN).value,
@@ -378,11 +402,46 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
 AUDIT_POLICY = CompositePolicy([TenantIsolationPolicy(), RoleScopePolicy()])
 
 
-def _visible(state: Any, candidates: list[Any], ctx: Any) -> list[bool]:
-    """May the searcher see each candidate (AUDIT_POLICY on its stored payload)?"""
-    full = [seed_payload(c.id, state.payloads.get(c.id, {}), None) for c in candidates]
-    allowed = {e["id"] for e in apply_role_policy(full, AUDIT_POLICY, ctx, hard_filter=True)}
-    return [c.id in allowed for c in candidates]
+class _Audit:
+    """May the searcher see each candidate: `AUDIT_POLICY` on its stored payload, as a hit
+    (`seed_payload`), remembered per memory and per the searcher's (tenant, role), the
+    only parts of the context the policy reads.
+
+    A verdict holds while the memory's stored payload is the same object: the replay's
+    payloads are only ever replaced (the timeline adds and deletes memories), not edited.
+    """
+
+    def __init__(self, payloads: Mapping[str, Any]) -> None:
+        self.payloads = payloads
+        # memory id -> (its stored payload or None, verdict per searcher)
+        self.known: dict[str, tuple[Any, dict[tuple[Any, ...], bool]]] = {}
+
+    def visible(self, candidates: list[Any], ctx: RoleContext) -> list[bool]:
+        # Types in the key: 1, 1.0 and True are one dict key, but str() tells them apart.
+        searcher = (type(ctx.tenant_id), ctx.tenant_id, type(ctx.role), ctx.role)
+        try:
+            hash(searcher)
+        except TypeError:  # a list or dict from the filters: judged afresh
+            return [_allowed(c.id, self.payloads.get(c.id), ctx) for c in candidates]
+        out = []
+        for c in candidates:
+            stored = self.payloads.get(c.id)
+            known = self.known.get(c.id)
+            if known is None or known[0] is not stored:
+                known = self.known[c.id] = (stored, {})
+            verdict = known[1].get(searcher)
+            if verdict is None:
+                verdict = known[1][searcher] = _allowed(c.id, stored, ctx)
+            out.append(verdict)
+        return out
+
+
+def _allowed(memory_id: str, stored: Mapping[str, Any] | None, ctx: RoleContext) -> bool:
+    """`apply_role_policy`'s verdict on one hit: an `allow` that raises denies."""
+    try:
+        return AUDIT_POLICY.allow(seed_payload(memory_id, stored or {}, None), ctx)
+    except Exception:
+        return False
 
 
 def index_seeds(index: DenseIndex, corpus: Any, timeline: Timeline, q: int,
@@ -402,13 +461,10 @@ def index_seeds(index: DenseIndex, corpus: Any, timeline: Timeline, q: int,
     return [Seed(m, s) for m, s in hits if m in live][:DEFAULT_SEEDS]
 
 
-def vectors_as_tuples(vectors: np.ndarray, q: int) -> tuple[float, ...]:
-    return tuple(vectors[q].tolist())
-
-
-def _search(state: Any, request: SearchRequest, now: Any) -> tuple[Any, str | None]:
+def _search(run: Callable[..., Any], state: Any, request: SearchRequest,
+            now: Any) -> tuple[Any, str | None]:
     try:
-        return search(state, request, now=now), None
+        return run(state, request, now=now), None
     except SearchError as exc:
         return None, str(exc)
 
@@ -427,7 +483,7 @@ def _query_vectors(ds: Dataset, corpus: Any) -> tuple[np.ndarray, str]:
         if missing:
             raise ValueError(f"replay: {len(missing)} queries have no stored query vector "
                              f"(first: {missing[0]!r})")
-        matrix = np.asarray(mine["vector"].to_list(), dtype=np.float32)
+        matrix = vector_matrix(mine["vector"]).astype(np.float32)
         take = [row_of[q] for q in corpus.query_ids]
         return unit_rows(matrix[take].astype(np.float64)), f"stored query vectors ({embedder})"
     projected = project_queries(ds, corpus).astype(np.float32).astype(np.float64)
@@ -444,6 +500,11 @@ def _labeller(config: EngineConfig, classifier: Classifier | None) -> Callable[[
     return label
 
 
+# A candidate's values besides its id, each read with one C-level call per column.
+_CANDIDATE_VALUES = {name: operator.attrgetter(name)
+                     for name in ("was_seed", *FEATURES, "relevance")}
+
+
 class _Collector:
     """Per-search and per-candidate columns, appended as the replay goes."""
 
@@ -453,8 +514,8 @@ class _Collector:
             "intent", "intent_label", "question_type", "n_candidates", "error", "logged",
             "engine")}
         self.c: dict[str, list[Any]] = {c: [] for c in (
-            "search", "position", "memory_id", "was_seed", *FEATURES, "relevance", "role",
-            "visible", "logged_rank", "grade")}
+            "search", "position", "memory_id", *_CANDIDATE_VALUES, "role", "visible",
+            "logged_rank", "grade")}
 
     def search(self, *, event_id: int, ts: int, query_id: str, query: str, user: Any,
                agent: Any, run: Any, limit: int, intent: str, label: str,
@@ -470,20 +531,18 @@ class _Collector:
                             ("n_candidates", len(candidates)), ("error", error),
                             ("logged", logged), ("engine", engine)):
             self.s[name].append(value)
-        shown = {m: r for r, m in enumerate(logged or [])}
         c = self.c
         n = len(candidates)
         c["search"].extend([index] * n)
         c["position"].extend(range(n))
-        c["memory_id"].extend(x.id for x in candidates)
-        c["was_seed"].extend(x.was_seed for x in candidates)
-        for name in FEATURES:
-            c[name].extend(getattr(x, name) for x in candidates)
-        c["relevance"].extend(x.relevance for x in candidates)
+        ids = [x.id for x in candidates]
+        c["memory_id"].extend(ids)
+        for name, read in _CANDIDATE_VALUES.items():
+            c[name].extend(map(read, candidates))
         c["role"].extend(multipliers if multipliers is not None else [1.0] * n)
         c["visible"].extend(visible if visible is not None else [True] * n)
-        c["logged_rank"].extend(shown.get(x.id) for x in candidates)
-        c["grade"].extend(grades.get(x.id) for x in candidates)
+        c["logged_rank"].extend(map({m: r for r, m in enumerate(logged or [])}.get, ids))
+        c["grade"].extend(map(grades.get, ids))
 
     def frames(self, with_engine: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
         searches = pl.DataFrame(self.s, schema={

@@ -1,0 +1,320 @@
+"""Replay's fast paths against what they replaced, bit for bit: the lean engine entry
+(`featurize_search`) against `search`, the cached and the planned owner seeds against a
+gather per search, the remembered isolation audit against the policy run per candidate,
+and the timeline's column-wise setup."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import msprlab.experiments.replay as replay_module
+from msprlab.datasets.timeline import (
+    DEFAULT_SEEDS,
+    SeedPlan,
+    Timeline,
+    corpus_of,
+    owner_cosine_seeds,
+    stable_top,
+    vector_matrix,
+)
+from msprlab.engine import SearchError, SearchRequest, Seed, new_state
+from msprlab.engine.config import FrequencyConfig, MsprConfig
+from msprlab.engine.roles import RoleContext, apply_role_policy, policy_from_name
+from msprlab.engine.search import featurize_search, search, seed_payload
+from msprlab.engine.state import EngineState
+from msprlab.experiments.replay import AUDIT_POLICY, _Audit, replay
+
+from replay_world import StripedPolicy, signals, world
+from spec_fixture import NO_DECAY, fixture, request
+from spec_fixture import T0 as T_FIXTURE
+
+FULL = signals((0.0,) * 6, intent=True, roles=True)
+
+
+def bits(x: Any) -> bytes:
+    return struct.pack("<d", float(x))
+
+
+# ---- the lean engine entry ------------------------------------------------------------------
+
+
+def outcome_bits(outcome: Any) -> tuple[Any, ...]:
+    """What `featurize_search` promises to share with `search`."""
+    candidates = [(c.id, c.payload, c.was_seed, *map(bits, (
+        c.dense, c.lexical, c.graph, c.frequency, c.personal, c.success, c.relevance,
+        c.score))) for c in outcome.candidates]
+    return (candidates, outcome.intent, outcome.weights, outcome.decay, outcome.notes,
+            outcome.graph_path)
+
+
+def state_bits(state: EngineState) -> tuple[Any, ...]:
+    """Everything a search may change: node and edge state, the decay clock, the intent
+    cache, the feedback and success stores."""
+    graph = state.graph
+    nodes = [(mid, None if n is None else (
+        bits(n.relevance), bits(n.relevance_floor), n.archived, n.access_count,
+        n.last_accessed_at, n.updated_at, n.helpful_count, n.unhelpful_count))
+        for mid, n in graph.nodes.items()]
+    edges = [(e.src, e.dst, e.type, bits(e.weight), e.updated_at) for e in graph.edges()]
+    intents = None if state.intent is None else dict(state.intent._cache)
+    feedback = None if state.feedback is None else len(state.feedback.rows)
+    success = None if state.success is None else dict(state.success._counts)
+    return nodes, edges, graph.last_decay_tick, intents, feedback, success
+
+
+CONFIGS = {
+    "soft roles": (FULL, StripedPolicy()),
+    "hard roles": (replace(FULL, mspr=replace(FULL.mspr, role=replace(
+        FULL.mspr.role, hard_filter=True))), policy_from_name("composite")),
+    "strict isolation": (replace(FULL, corrections=replace(
+        FULL.corrections, strict_role_isolation=True)), policy_from_name("tenant")),
+    "ppr": (replace(FULL, retrieval=replace(FULL.retrieval, algorithm="ppr")), None),
+}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("name", CONFIGS)
+def test_featurize_search_is_search_up_to_the_candidates(seed: int, name: str,
+                                                         monkeypatch: Any) -> None:
+    """A replay through `featurize_search` and one through `search`: every search has the
+    same candidates (ids, order, payloads, every feature bit), intent, weights and decay,
+    the engine states end the same, and so do the tables."""
+    config, policy = CONFIGS[name]
+    log, _ = world(seed)
+    runs: dict[str, list[tuple[EngineState, Any]]] = {"lean": [], "full": []}
+
+    def recorded(kind: str, run: Any) -> Any:
+        def call(state: EngineState, req: SearchRequest, *, now: Any) -> Any:
+            outcome = run(state, req, now=now)
+            runs[kind].append((state, outcome))
+            return outcome
+        return call
+
+    monkeypatch.setattr(replay_module, "featurize_search", recorded("lean", featurize_search))
+    lean = replay(log, config, policy=policy)
+    monkeypatch.setattr(replay_module, "featurize_search", recorded("full", search))
+    full = replay(log, config, policy=policy)
+    assert len(runs["lean"]) == len(runs["full"]) == log.events.filter(
+        pl.col("kind") == "search").height
+    assert sum(len(o.candidates) for _, o in runs["lean"]) > 0
+    for (_, got), (_, want) in zip(runs["lean"], runs["full"], strict=True):
+        assert outcome_bits(got) == outcome_bits(want)
+        assert got.results == got.subgraph == [] and got.telemetry is None
+    assert state_bits(runs["lean"][-1][0]) == state_bits(runs["full"][-1][0])
+    assert lean.searches.equals(full.searches) and lean.candidates.equals(full.candidates)
+
+
+def test_featurize_search_refuses_access_counting_and_raises_as_search() -> None:
+    counting = replace(NO_DECAY, mspr=MsprConfig(enabled=True,
+                                                 frequency=FrequencyConfig(enabled=True)))
+    with pytest.raises(ValueError, match="run `search` instead"):
+        featurize_search(fixture(counting), request(), now=T_FIXTURE)
+    state = fixture()
+    for bad in (replace(request(), user_id=None), replace(request(), seeds=[Seed("nope", 0.5)]),
+                replace(request(), threshold=0.5, seeds=[Seed("m1", None)])):
+        with pytest.raises(SearchError) as lean:
+            featurize_search(state, bad, now=T_FIXTURE)
+        with pytest.raises(SearchError) as full:
+            search(state, bad, now=T_FIXTURE)
+        assert str(lean.value) == str(full.value)
+    vector_only = replace(request(), use_context_graph=False)
+    assert featurize_search(state, vector_only, now=T_FIXTURE).candidates == []
+    assert search(state, vector_only, now=T_FIXTURE).candidates == []
+
+
+def test_a_query_vector_may_be_an_array() -> None:
+    state = fixture()
+    listed = search(state, request(), now=T_FIXTURE)
+    vector = np.array(request().query_embedding, dtype=np.float64)
+    as_array = search(state, replace(request(), query_embedding=vector), now=T_FIXTURE)
+    assert outcome_bits(as_array) == outcome_bits(listed)
+    empty = search(state, replace(request(), query_embedding=np.array([])), now=T_FIXTURE)
+    assert outcome_bits(empty) == outcome_bits(
+        search(state, replace(request(), query_embedding=None), now=T_FIXTURE))
+
+
+# ---- owner seeds ------------------------------------------------------------------------
+
+
+def gathered_seeds(corpus: Any, timeline: Timeline, q: int, vector: np.ndarray) -> list[Seed]:
+    """The seeds as computed before the cache: the live rows gathered per search."""
+    rows = corpus.scope_rows[q]
+    rows = rows[timeline.seedable[rows]]
+    if rows.size == 0:
+        return []
+    scores = corpus.vectors[rows] @ vector
+    top = np.argsort(-scores, kind="stable")[:DEFAULT_SEEDS]
+    return [Seed(corpus.memory_ids[rows[i]], float(scores[i])) for i in top]
+
+
+def test_owner_seeds_are_the_gathered_seeds_as_memories_come_and_go() -> None:
+    log, _ = world(3)
+    created = log.memories["created_at"]
+    middle = created.min() + (created.max() - created.min()) / 2  # type: ignore[operator]
+    doomed = log.memories["memory_id"].gather(list(range(0, log.memories.height, 7)))
+    log = replace(log, memories=log.memories.with_columns(deleted_at=pl.when(
+        pl.col("memory_id").is_in(doomed.implode())).then(pl.lit(middle))
+        .otherwise(pl.col("deleted_at"))))
+    corpus = corpus_of(log)
+    timeline = Timeline(log, corpus, new_state(FULL))
+    rng = np.random.default_rng(3)
+    vectors = corpus.vectors
+    assert vectors is not None
+    moments = sorted({op[0] for op in timeline.ops})
+    checked = 0
+    for at in [*moments[::max(1, len(moments) // 60)], moments[-1] + 1]:
+        timeline.advance(at)
+        for q in rng.choice(len(corpus.query_ids), 5):
+            vector = vectors[rng.integers(len(vectors))]
+            got = owner_cosine_seeds(corpus, timeline, int(q), vector)
+            want = gathered_seeds(corpus, timeline, int(q), vector)
+            assert [(s.id, bits(s.score)) for s in got] == [(s.id, bits(s.score)) for s in want]
+            checked += len(got)
+    assert checked > 0 and not timeline.seedable.all()
+
+
+def test_planned_seeds_are_the_seeds_at_each_search() -> None:
+    """A plan made up front gives, search by search, what the timeline gives when it gets
+    there, with memories deleted on the way and queries of several owners interleaved."""
+    log, _ = world(2)
+    created = log.memories["created_at"]
+    middle = created.min() + (created.max() - created.min()) / 3  # type: ignore[operator]
+    doomed = log.memories["memory_id"].gather(list(range(0, log.memories.height, 5)))
+    log = replace(log, memories=log.memories.with_columns(deleted_at=pl.when(
+        pl.col("memory_id").is_in(doomed.implode())).then(pl.lit(middle))
+        .otherwise(pl.col("deleted_at"))))
+    corpus = corpus_of(log)
+    vectors = corpus.vectors
+    assert vectors is not None
+    rng = np.random.default_rng(2)
+    start, end = created.cast(pl.Int64).min(), created.cast(pl.Int64).max()
+    times = np.sort(rng.integers(start - 10, end + 10, 300)).tolist()  # type: ignore[operator]
+    times[100:104] = [times[100]] * 4  # several searches at one time
+    searches = [(t, int(q)) for t, q in zip(times, rng.choice(len(corpus.query_ids), 300),
+                                            strict=True)]
+    queries = vectors[rng.integers(len(vectors), size=len(corpus.query_ids))]
+    timeline = Timeline(log, corpus, new_state(FULL))
+    plan = SeedPlan(corpus, timeline, searches, queries)
+    for k, (at, q) in enumerate(searches):
+        timeline.advance(at)
+        want = gathered_seeds(corpus, timeline, q, queries[q])
+        assert [(s.id, bits(s.score)) for s in plan.seeds(k)] == [
+            (s.id, bits(s.score)) for s in want]
+    assert not timeline.seedable.all() and timeline.seedable.any()
+
+
+KEYS = st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, np.nan, np.inf, -np.inf]),
+                          st.floats(-2, 2)), max_size=40)
+
+
+@settings(max_examples=500, deadline=None)
+@given(KEYS, st.integers(1, 15))
+def test_stable_top_is_the_head_of_the_stable_argsort(keys: list[float], k: int) -> None:
+    array = np.array(keys, dtype=np.float64)
+    assert stable_top(array, k).tolist() == np.argsort(array, kind="stable")[:k].tolist()
+
+
+# ---- the isolation audit ------------------------------------------------------------------
+
+
+def audited(payloads: dict[str, Any], ids: list[str], ctx: RoleContext) -> list[bool]:
+    """The audit as it was: AUDIT_POLICY over every candidate's hit, per search."""
+    full = [seed_payload(m, payloads.get(m, {}), None) for m in ids]
+    allowed = {e["id"] for e in apply_role_policy(full, AUDIT_POLICY, ctx, hard_filter=True)}
+    return [m in allowed for m in ids]
+
+
+class _Candidate:
+    def __init__(self, memory_id: str) -> None:
+        self.id = memory_id
+
+
+def test_remembered_audit_verdicts_follow_the_payloads_and_the_searcher() -> None:
+    payloads: dict[str, Any] = {
+        "m1": {"data": "a", "tenant_id": "acme"},
+        "m2": {"data": "b", "tenant_id": "globex", "role": "admin"},
+        "m3": {"data": "c", "allowed_roles": ["1", "analyst"]},
+        "m4": {"data": "d"}}
+    ids = ["m1", "m2", "m3", "m4", "gone"]
+    audit = _Audit(payloads)
+    searchers = [RoleContext(tenant_id="acme", role="analyst"), RoleContext(tenant_id="globex",
+                 role="admin"), RoleContext(), RoleContext(tenant_id="acme", role=1),
+                 RoleContext(tenant_id="acme", role=True), RoleContext(tenant_id=["acme"])]
+    for step in range(3):
+        for ctx in searchers:
+            got = audit.visible([_Candidate(m) for m in ids], ctx)
+            assert got == audited(payloads, ids, ctx), (step, ctx)
+        # the timeline replaces payloads, it never edits them in place
+        payloads["m1"] = {"data": "a", "tenant_id": "globex"}
+        payloads["m4"] = {"data": "d", "role": "analyst"}
+        payloads.pop("m2", None)
+
+
+# ---- the timeline's setup ---------------------------------------------------------------
+
+
+def test_timeline_refuses_edges_to_unknown_memories_or_of_unknown_types() -> None:
+    log, _ = world(1)
+    corpus = corpus_of(log)
+    first = log.edges.head(1)
+    stray = pl.concat([log.edges, first.with_columns(dst=pl.lit("no-such-memory"))])
+    with pytest.raises(ValueError, match=rf"edges: row {log.edges.height} joins .*'no-such-"):
+        Timeline(replace(log, edges=stray), corpus, new_state(FULL))
+    odd = pl.concat([log.edges, first.with_columns(type=pl.lit("LIKES"))])
+    with pytest.raises(ValueError, match=rf"row {log.edges.height} has type 'LIKES'; known: "):
+        Timeline(replace(log, edges=odd), corpus, new_state(FULL))
+
+
+def test_edges_enter_at_their_own_time_or_with_their_later_end() -> None:
+    log, _ = world(1)
+    timeline = Timeline(log, corpus_of(log), new_state(FULL))
+    created = dict(zip(log.memories["memory_id"].to_list(),
+                       log.memories["created_at"].cast(pl.Int64).to_list(), strict=True))
+    own = log.edges["created_at"].cast(pl.Int64).fill_null(0).to_list()
+    want = sorted([(t, 0, i) for i, t in enumerate(created.values())] + [
+        (max(own[j], created[s], created[d]), 1, j) for j, (s, d) in enumerate(zip(
+            log.edges["src"].to_list(), log.edges["dst"].to_list(), strict=True))])
+    assert timeline.ops == want
+
+
+@pytest.mark.parametrize("rows", [
+    [[0.5, 1.0], [0.25, -2.0]], [[0.5, None], [1.0, 2.0]], [[1.0], [1.0, 2.0]], [None, [1.0]],
+])
+def test_vector_columns_read_as_numpy_reads_the_lists(rows: list[Any]) -> None:
+    column = pl.Series(rows, dtype=pl.List(pl.Float32))
+    try:
+        want = np.asarray(column.to_list(), dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        with pytest.raises(type(exc)):
+            vector_matrix(column)
+        return
+    got = vector_matrix(column)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+def test_timeline_payloads_are_built_from_the_columns() -> None:
+    log, _ = world(2)
+    state = new_state(FULL)
+    corpus = corpus_of(log)
+    Timeline(log, corpus, state).advance(1 << 62)
+    row = log.memories.row(3, named=True)
+    payload = state.payloads[row["memory_id"]]
+    assert payload["data"] == row["text"]
+    assert payload["created_at"] == row["created_at"].isoformat()
+    assert payload["tenant_id"] == row["tenant_id"] and payload["role"] == row["role"]
+    assert payload["allowed_roles"] == list(row["allowed_roles"])
+    node = state.graph.get(row["memory_id"])
+    assert node is not None and node.metadata == payload
+    vectors = corpus.vectors
+    assert vectors is not None
+    stored = state.graph.embeddings[row["memory_id"]]
+    assert stored.vector.tobytes() == vectors[3].tobytes()
