@@ -56,7 +56,7 @@ class Embedding:
     norm_sq: float
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> Embedding:
+    def of(cls, values: Sequence[float] | FloatArray) -> Embedding:
         vector = np.asarray(values, dtype=np.float64)
         return cls(vector, sequential_sum(vector * vector))
 
@@ -99,8 +99,8 @@ class ContextGraph:
     """Nodes (None marks a bare node created by an edge endpoint), edges and embeddings.
 
     `version` changes on every structural or weight change, so derived views (the PPR
-    matrix, the access-count peak) can be cached and rebuilt only when needed; the
-    adjacency cache follows `_structure`, which changes only when an edge comes or goes.
+    matrix, the access-count peak) can be cached and rebuilt only when needed; an entry of
+    the adjacency cache is dropped only when an edge of its node comes or goes.
     The decaying attributes of nodes and edges live in `node_columns` and `edge_columns`
     (engine/records.py).
     """
@@ -112,10 +112,8 @@ class ContextGraph:
         self.embeddings: dict[str, Embedding] = {}
         self.last_decay_tick: datetime | None = None
         self.version = 0
-        self._structure = 0
         self._peak: int | None = None
         self._adjacent: dict[str, Adjacent] = {}
-        self._adjacent_version = -1
         self.node_columns = NodeColumns()     # by node position
         self.edge_columns = EdgeColumns()     # by edge row
         # `edge_table`'s rows, kept as edges come and go: a removed edge leaves None
@@ -219,7 +217,7 @@ class ContextGraph:
         self._row_dst.append(self._position[edge.dst])
         self._row_sticky.append(edge.type in STICKY_EDGE_TYPES)
         self._table = None
-        self._structure += 1
+        self._forget_adjacent(edge)
         self.version += 1
         return edge
 
@@ -236,10 +234,15 @@ class ContextGraph:
         self._rows[self._row_of.pop((edge.src, edge.dst, edge.type))] = None
         self._removed_rows += 1
         self._table = None
-        self._structure += 1
+        self._forget_adjacent(edge)
         if self._removed_rows > max(1024, len(self._row_of)):
             self._compact_rows()
         self.version += 1
+
+    def _forget_adjacent(self, edge: MemoryEdge) -> None:
+        """An edge came or went: only its two ends' `adjacent` entries change."""
+        self._adjacent.pop(edge.src, None)
+        self._adjacent.pop(edge.dst, None)
 
     def edges(self) -> Iterator[MemoryEdge]:
         """Every edge in storage order: by source in node order, then target, then type."""
@@ -293,13 +296,10 @@ class ContextGraph:
         """Every edge of a node except self loops, in `neighbours` order, unfiltered.
 
         Three parallel tuples: the node at the other end, the edge, and its key (src, dst,
-        type value). The structure is cached per node until an edge comes or goes; weights
-        and archived flags are not part of it, so callers filter on the live `edge.weight`
+        type value). The structure is cached per node until an edge of it comes or goes;
+        weights and archived flags are not part of it, so callers filter on the live `edge.weight`
         and nodes. (Parallel tuples keep the cache nearly invisible to the garbage collector.)
         """
-        if self._adjacent_version != self._structure:
-            self._adjacent.clear()
-            self._adjacent_version = self._structure
         found = self._adjacent.get(node_id)
         if found is None:
             others: list[str] = []

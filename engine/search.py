@@ -7,7 +7,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -300,7 +300,7 @@ def _query_embedding(values: Sequence[float] | FloatArray | None) -> Embedding |
     """The query vector, None when missing or empty. An array is taken as it is (no
     conversion to floats and back) and counts as empty by its size, not its truth value."""
     if isinstance(values, np.ndarray):  # `Embedding.of` takes arrays as they are
-        return Embedding.of(cast("Sequence[float]", values)) if values.size else None
+        return Embedding.of(values) if values.size else None
     return Embedding.of(values) if values else None
 
 

@@ -146,3 +146,21 @@ def test_the_access_count_peak_follows_added_nodes() -> None:
     assert graph.peak_access_count() == 5
     graph.add_node(node("b", access_count=1))           # a replaced node may lower it
     assert graph.peak_access_count() == 1
+
+
+def test_the_adjacency_cache_drops_only_the_ends_of_a_changed_edge() -> None:
+    import random
+    rng = random.Random(7)
+    graph = ContextGraph()
+    ids = [f"m{i}" for i in range(12)]
+    for _ in range(400):
+        src, dst = rng.choice(ids), rng.choice(ids)
+        kind = rng.choice([EdgeType.REPLY_TO, EdgeType.CAUSAL])
+        if rng.random() < 0.3 and list(graph.edges()):
+            graph.remove_edge(rng.choice(list(graph.edges())))
+        else:
+            graph.upsert_edge(MemoryEdge(src=src, dst=dst, type=kind, weight=0.5,
+                                         created_at=T, updated_at=T))
+        cached = {n: graph.adjacent(n) for n in rng.sample(ids, 4)}
+        graph._adjacent.clear()
+        assert all(graph.adjacent(n) == got for n, got in cached.items())
