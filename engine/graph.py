@@ -130,11 +130,14 @@ class ContextGraph:
     # ---- nodes ---------------------------------------------------------------------
     def _ensure(self, node_id: str) -> None:
         if node_id not in self.nodes:
-            self._position[node_id] = len(self.nodes)
-            self.nodes[node_id] = None
-            self._succ[node_id] = {}
-            self._pred[node_id] = {}
+            self._new_position(node_id)
             self.node_columns.append_bare()
+
+    def _new_position(self, node_id: str) -> None:
+        self._position[node_id] = len(self.nodes)
+        self.nodes[node_id] = None
+        self._succ[node_id] = {}
+        self._pred[node_id] = {}
 
     def add_node(self, node: MemoryNode) -> None:
         """Insert or replace a node; a node keeps the position it first had.
@@ -142,14 +145,18 @@ class ContextGraph:
         The node's decaying attributes move into the graph's columns; a node it replaces
         takes its own back. (A node object belongs to one graph at a time.)
         """
-        self._ensure(node.id)
-        old = self.nodes[node.id]
-        if old is not None and old is not node:
-            old.unbind()
-        position = self._position[node.id]
-        if not node.bound_to(self.node_columns, position):
-            node.bind(self.node_columns, position)
-        self.nodes[node.id] = node
+        node_id = node.id
+        old = self.nodes.get(node_id)
+        if node_id not in self.nodes:
+            self._new_position(node_id)
+            node.attach(self.node_columns)          # its row is its new position
+        else:
+            if old is not None and old is not node:
+                old.unbind()
+            position = self._position[node_id]
+            if not node.bound_to(self.node_columns, position):
+                node.bind(self.node_columns, position)
+        self.nodes[node_id] = node
         peak = self._peak
         self.changed()
         # A new node can only raise the peak (a negative count may undercut the default 0).

@@ -71,15 +71,21 @@ class NodeColumns:
 
     def append(self, relevance: Any, floor: Any, archived: Any, updated_at: Any,
                accessed: Any) -> int:
-        row = len(self.archived)
-        self.append_bare()
-        self.put_relevance(row, relevance)
-        self.put_floor(row, floor)
-        self.put_archived(row, archived)
-        self.updated_at[row] = updated_at
-        self.accessed[row] = accessed
-        self.refresh_anchor(row)
-        return row
+        if not self.exotic and (type(relevance) is not float or type(floor) is not float):
+            self.go_exotic()        # before an array('d') turns an int into a float
+        if type(archived) is not bool:
+            self.exotic = True
+        self.relevance.append(relevance)
+        self.floor.append(floor)
+        self.archived.append(archived)
+        self.updated_at.append(updated_at)
+        self.accessed.append(accessed)
+        us = epoch_us(accessed or updated_at)
+        if us is None:
+            self.exotic = True
+            us = 0
+        self.anchor_us.append(us)
+        return len(self.archived) - 1
 
     def append_bare(self) -> None:
         """Placeholders for a bare position: archived, so the tick skips it."""
@@ -116,6 +122,20 @@ class NodeColumns:
             self.exotic = True
             us = 0
         self.anchor_us[row] = us
+
+
+class _LooseNode(NodeColumns):
+    """One row of a node that is in no graph: lists, and no checks until it is bound."""
+
+    def __init__(self, relevance: Any, floor: Any, archived: Any, updated_at: Any,
+                 accessed: Any) -> None:
+        self.relevance = [relevance]
+        self.floor = [floor]
+        self.archived = [archived]
+        self.updated_at = [updated_at]
+        self.accessed = [accessed]
+        self.anchor_us = array("q", [0])
+        self.exotic = False
 
 
 class EdgeColumns:
@@ -161,18 +181,27 @@ class EdgeColumns:
         self.updated_us = array("q", [self.updated_us[i] for i in rows])
 
 
+class _LooseEdge(EdgeColumns):
+    """One row of an edge that is in no graph: lists, and no checks until it is bound."""
+
+    def __init__(self, weight: Any, updated_at: Any) -> None:
+        self.weight = [weight]
+        self.updated_at = [updated_at]
+        self.updated_us = array("q", [0])
+        self.exotic = False
+
+
 class MemoryNode:
     """A memory (MSPR.md 2.1). Fields and defaults as the library's; compared by value."""
 
-    __slots__ = ("_cols", "_row", "access_count", "agent_id", "created_at", "hash",
-                 "helpful_count", "id", "last_feedback_at", "metadata", "prev_version_id",
+    __slots__ = ("_cols", "_id", "_row", "access_count", "agent_id", "created_at", "hash",
+                 "helpful_count", "last_feedback_at", "metadata", "prev_version_id",
                  "run_id", "sub_tenant_id", "tenant_id", "unhelpful_count", "user_id",
                  "version")
     FIELDS = ("id", "hash", "created_at", "updated_at", "version", "prev_version_id",
               "relevance", "relevance_floor", "archived", "user_id", "agent_id", "run_id",
               "last_accessed_at", "access_count", "helpful_count", "unhelpful_count",
               "last_feedback_at", "tenant_id", "sub_tenant_id", "metadata")
-    id: str
     _cols: NodeColumns
     _row: int
 
@@ -186,7 +215,7 @@ class MemoryNode:
                  last_feedback_at: datetime | None = None, tenant_id: str | None = None,
                  sub_tenant_id: str | None = None,
                  metadata: dict[str, Any] | None = None) -> None:
-        object.__setattr__(self, "id", id)
+        self._id = id
         self.hash = hash
         self.created_at = created_at
         self.version = version
@@ -201,21 +230,20 @@ class MemoryNode:
         self.tenant_id = tenant_id
         self.sub_tenant_id = sub_tenant_id
         self.metadata = {} if metadata is None else metadata
-        self._cols = NodeColumns()
-        self._row = self._cols.append(relevance, relevance_floor, archived, updated_at,
-                                      last_accessed_at)
+        self._cols = _LooseNode(relevance, relevance_floor, archived, updated_at,
+                                last_accessed_at)
+        self._row = 0
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @id.setter
+    def id(self, value: str) -> None:
         # The array tick finds a node's edges by its position; a renamed node sends the
         # graph's ticks to the loop, which reads the edges of the new id as the library does.
-        if name == "id":
-            self._cols.exotic = True
-        object.__setattr__(self, name, value)
-
-    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
-        # copy.deepcopy and pickle restore the slots; no renaming is going on.
-        for name, value in state[1].items():
-            object.__setattr__(self, name, value)
+        self._cols.exotic = True
+        self._id = value
 
     # ---- the column-backed attributes ----------------------------------------------
     @property
@@ -262,8 +290,16 @@ class MemoryNode:
 
     # ---- binding -------------------------------------------------------------------
     def _column_values(self) -> tuple[Any, Any, Any, Any, Any]:
-        return (self.relevance, self.relevance_floor, self.archived, self.updated_at,
-                self.last_accessed_at)
+        cols, row = self._cols, self._row
+        return (cols.relevance[row], cols.floor[row], cols.archived[row],
+                cols.updated_at[row], cols.accessed[row])
+
+    def attach(self, cols: NodeColumns) -> int:
+        """Append its values to `cols` (a graph's, at a new position); returns the row."""
+        row = cols.append(*self._column_values())
+        self._cols = cols
+        self._row = row
+        return row
 
     def bound_to(self, cols: NodeColumns, row: int) -> bool:
         return self._cols is cols and self._row == row
@@ -277,15 +313,13 @@ class MemoryNode:
         cols.updated_at[row] = updated_at
         cols.accessed[row] = accessed
         cols.refresh_anchor(row)
-        object.__setattr__(self, "_cols", cols)
-        object.__setattr__(self, "_row", row)
+        self._cols = cols
+        self._row = row
 
     def unbind(self) -> None:
         """Take the values into one-row columns of its own (the graph let it go)."""
-        cols = NodeColumns()
-        row = cols.append(*self._column_values())
-        object.__setattr__(self, "_cols", cols)
-        object.__setattr__(self, "_row", row)
+        self._cols = _LooseNode(*self._column_values())
+        self._row = 0
 
     # ---- value semantics (what the dataclass gave) ------------------------------------
     def _values(self) -> tuple[Any, ...]:
@@ -321,8 +355,8 @@ class MemoryEdge:
         self.created_at = created_at
         self.evidence = evidence
         self.metadata = {} if metadata is None else metadata
-        self._cols = EdgeColumns()
-        self._row = self._cols.append(weight, updated_at)
+        self._cols: EdgeColumns = _LooseEdge(weight, updated_at)
+        self._row = 0
 
     @property
     def weight(self) -> float:
@@ -351,9 +385,8 @@ class MemoryEdge:
         self._row = row
 
     def unbind(self) -> None:
-        cols = EdgeColumns()
-        self._row = cols.append(self.weight, self.updated_at)
-        self._cols = cols
+        self._cols = _LooseEdge(self.weight, self.updated_at)
+        self._row = 0
 
     def replaced(self, **changes: Any) -> MemoryEdge:
         """A new, unbound edge with these fields changed (`dataclasses.replace`)."""
