@@ -60,7 +60,8 @@ def tick_decay(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> DecayRep
             else _plan_columns(graph, cfg, now, lam))
     report = _tick_one_by_one(graph, cfg, now, lam) if plan is None else plan.apply(graph, now)
     graph.last_decay_tick = now
-    graph.decayed(archived=report.archived > 0)
+    graph.decayed(plan.archive if plan is not None
+                  else None if report.archived else [])
     return report
 
 

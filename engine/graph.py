@@ -119,6 +119,7 @@ class ContextGraph:
         # `edge_table`'s rows, kept as edges come and go: a removed edge leaves None
         # until the holes outnumber the edges (`remove_edge` compacts them then).
         self._position: dict[str, int] = {}       # node id -> its index in `nodes`
+        self._by_position: list[MemoryNode | None] = []  # and back
         self._rows: list[MemoryEdge | None] = []
         self._row_of: dict[tuple[str, str, EdgeType], int] = {}
         self._row_src: list[int] = []
@@ -135,6 +136,7 @@ class ContextGraph:
 
     def _new_position(self, node_id: str) -> None:
         self._position[node_id] = len(self.nodes)
+        self._by_position.append(None)
         self.nodes[node_id] = None
         self._succ[node_id] = {}
         self._pred[node_id] = {}
@@ -157,6 +159,7 @@ class ContextGraph:
             if not node.bound_to(self.node_columns, position):
                 node.bind(self.node_columns, position)
         self.nodes[node_id] = node
+        self._by_position[self._position[node_id]] = node
         peak = self._peak
         self.changed()
         # A new node can only raise the peak (a negative count may undercut the default 0).
@@ -171,11 +174,14 @@ class ContextGraph:
         self.version += 1
         self._peak = None
 
-    def decayed(self, *, archived: bool) -> None:
-        """`changed` after a decay tick, which touches no access count and archives a node
-        only if `archived`: the access-count peak survives otherwise."""
+    def decayed(self, archived: Sequence[int] | None) -> None:
+        """`changed` after a decay tick, which touches no access count: the access-count
+        peak survives unless a node archived (by position; None: unknown) held it."""
         self.version += 1
-        if archived:
+        peak = self._peak
+        if peak is not None and (archived is None or any(
+                node is not None and node.access_count >= peak
+                for node in map(self._by_position.__getitem__, archived))):
             self._peak = None
 
     def set_embedding(self, node_id: str, values: Sequence[float]) -> None:

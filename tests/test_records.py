@@ -164,3 +164,13 @@ def test_the_adjacency_cache_drops_only_the_ends_of_a_changed_edge() -> None:
         cached = {n: graph.adjacent(n) for n in rng.sample(ids, 4)}
         graph._adjacent.clear()
         assert all(graph.adjacent(n) == got for n, got in cached.items())
+
+
+def test_a_tick_archiving_a_node_below_the_peak_keeps_it() -> None:
+    graph = ContextGraph()
+    graph.add_node(node("top", access_count=7, relevance_floor=1.0))   # the floor keeps it
+    graph.add_node(node("low", access_count=2))
+    assert graph.peak_access_count() == 7
+    report = tick_decay(graph, DecayConfig(min_node_relevance=1.0), T + timedelta(hours=4))
+    assert report.archived == 1 and graph.get("low").archived   # type: ignore[union-attr]
+    assert graph._peak == 7
