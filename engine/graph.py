@@ -13,6 +13,9 @@ writes arrays instead of walking the dicts.
 from __future__ import annotations
 
 import enum
+import itertools
+import operator
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -122,9 +125,10 @@ class ContextGraph:
         self._by_position: list[MemoryNode | None] = []  # and back
         self._rows: list[MemoryEdge | None] = []
         self._row_of: dict[tuple[str, str, EdgeType], int] = {}
-        self._row_src: list[int] = []
-        self._row_dst: list[int] = []
-        self._row_sticky: list[bool] = []
+        # Arrays, so that `edge_table` copies them into NumPy in one go.
+        self._row_src = array("q")
+        self._row_dst = array("q")
+        self._row_sticky = array("b")
         self._removed_rows = 0
         self._table: EdgeTable | None = None
 
@@ -272,13 +276,14 @@ class ContextGraph:
         if self._table is None:
             # Holes are skipped, not compacted: decay prunes a few edges a tick, and
             # compacting every row each time would cost more than the tick.
-            rows = np.fromiter((row for row, edge in enumerate(self._rows) if edge is not None),
-                               dtype=np.intp)
+            alive = np.fromiter(map(operator.is_not, self._rows, itertools.repeat(None)),
+                                dtype=bool, count=len(self._rows))   # C-level loops only
+            rows = np.flatnonzero(alive)
             self._table = EdgeTable(
-                edges=cast(list[MemoryEdge], [self._rows[row] for row in rows.tolist()]),
+                edges=cast(list[MemoryEdge], list(itertools.compress(self._rows, alive.tolist()))),
                 src=np.array(self._row_src, dtype=np.intp)[rows],
                 dst=np.array(self._row_dst, dtype=np.intp)[rows],
-                sticky=np.array(self._row_sticky, dtype=bool)[rows],
+                sticky=np.array(self._row_sticky, dtype=np.int8)[rows].astype(bool),
                 rows=rows)
         return self._table
 
@@ -293,9 +298,9 @@ class ContextGraph:
         self.edge_columns.keep(kept)
         for row, edge in enumerate(self._rows):
             cast(MemoryEdge, edge).move_to(row)
-        self._row_src = [self._row_src[i] for i in kept]
-        self._row_dst = [self._row_dst[i] for i in kept]
-        self._row_sticky = [self._row_sticky[i] for i in kept]
+        self._row_src = array("q", [self._row_src[i] for i in kept])
+        self._row_dst = array("q", [self._row_dst[i] for i in kept])
+        self._row_sticky = array("b", [self._row_sticky[i] for i in kept])
         self._removed_rows = 0
 
     def incident(self, node_id: str) -> Iterator[MemoryEdge]:
