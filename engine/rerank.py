@@ -16,7 +16,7 @@ from .graph import ContextGraph, Embedding
 from .ppr import ViewEdges
 from .scope import UNVERIFIABLE, Scope
 from .seeds import Payload
-from .text import cosine, cosines, tokens
+from .text import TOKEN_SETS, cosine, cosines, token_set, tokens
 
 Resolver = Callable[[Sequence[str]], Mapping[str, Payload]]
 Provider = Callable[[str], float]
@@ -136,7 +136,7 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
     personal_of = personal if delta > 0 else None
     success_of = success if zeta > 0 else None
     node_of, resolved_of = graph.nodes.get, resolved.get
-    doc_set_of = _DOC_SETS.get
+    doc_set_of = TOKEN_SETS.get
     candidates: list[Candidate] = []
     append = candidates.append
     for cid, reach_score in reach.items():
@@ -198,7 +198,7 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
             if text and isinstance(text, str):
                 doc = doc_set_of(text)
                 if doc is None:
-                    doc = _doc_set(text)
+                    doc = token_set(text)
                 lexical = len(query_tokens & doc) / query_size  # |Q ∩ D| / |Q|
         frequency = 0.0
         if node is None:
@@ -230,20 +230,6 @@ def featurize(graph: ContextGraph, cfg: RetrievalConfig, *, query: str,
         append(Candidate(cid, payload, was_seed, dense, lexical, graph_term, frequency,
                          personal_term, success_term, relevance, score))
     return candidates
-
-
-# text -> its token set, for the lexical term: a set meets the query's in a few lookups,
-# where the token tuple of `text.TOKEN_CACHE` is walked in full. Keyed by the text itself,
-# so an edited text is simply a new key; emptied when it holds this many texts.
-_DOC_SETS: dict[str, frozenset[str]] = {}
-_DOC_SETS_SIZE = 1 << 16
-
-
-def _doc_set(text: str) -> frozenset[str]:
-    if len(_DOC_SETS) >= _DOC_SETS_SIZE:
-        _DOC_SETS.clear()
-    found = _DOC_SETS[text] = tokens(text)
-    return found
 
 
 _RAISES = float("nan")  # marks a cosine that raises; compared by identity only

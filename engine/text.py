@@ -64,9 +64,25 @@ def _tokens_of(text: str) -> tuple[str, ...]:
     return found
 
 
+# text -> its token set (`tokens(text)`), for the lexical term of every search: a set
+# meets the query's in a few lookups, where TOKEN_CACHE's tuple is walked in full. Keyed by
+# the text itself, so an edited text is simply a new key; emptied when it holds this many.
+TOKEN_SETS: dict[str, frozenset[str]] = {}
+_TOKEN_SETS_SIZE = 1 << 16
+
+
+def token_set(text: str) -> frozenset[str]:
+    """`tokens(text)`, remembered in TOKEN_SETS: for a text not found there."""
+    if len(TOKEN_SETS) >= _TOKEN_SETS_SIZE:
+        TOKEN_SETS.clear()
+    found = TOKEN_SETS[text] = tokens(text)
+    return found
+
+
 def clear_token_cache() -> None:
     global _cached_tokens
     TOKEN_CACHE.clear()
+    TOKEN_SETS.clear()
     _cached_tokens = 0
 
 
