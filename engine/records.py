@@ -21,9 +21,9 @@ the library does (engine/decay.py), and every read returns exactly what was writ
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, MutableSequence
+from collections.abc import MutableSequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     from .graph import EdgeType
@@ -191,7 +191,33 @@ class _LooseEdge(EdgeColumns):
         self.exotic = False
 
 
-class MemoryNode:
+class _Record:
+    """What the dataclasses gave nodes and edges: equality by value over `FIELDS` (in the
+    constructor's order), a repr, and `copy.copy` as a new record outside any graph."""
+
+    __slots__ = ()
+    FIELDS: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _Record)
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        fields = (f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
+        return f"{type(self).__name__}({', '.join(fields)})"
+
+    def __copy__(self) -> Self:
+        return type(self)(*self._values())
+
+
+class MemoryNode(_Record):
     """A memory (MSPR.md 2.1). Fields and defaults as the library's; compared by value."""
 
     __slots__ = ("_cols", "_id", "_row", "access_count", "agent_id", "created_at", "hash",
@@ -321,25 +347,8 @@ class MemoryNode:
         self._cols = _LooseNode(*self._column_values())
         self._row = 0
 
-    # ---- value semantics (what the dataclass gave) ------------------------------------
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self.FIELDS)
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not MemoryNode:
-            return NotImplemented
-        return self._values() == other._values()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return _repr(self, self.FIELDS)
-
-    def __copy__(self) -> MemoryNode:
-        return MemoryNode(*self._values())
-
-
-class MemoryEdge:
+class MemoryEdge(_Record):
     """A typed weighted edge (MSPR.md 2.2). Fields and defaults as the library's."""
 
     __slots__ = ("_cols", "_row", "created_at", "dst", "evidence", "metadata", "src", "type")
@@ -390,27 +399,5 @@ class MemoryEdge:
 
     def replaced(self, **changes: Any) -> MemoryEdge:
         """A new, unbound edge with these fields changed (`dataclasses.replace`)."""
-        values = {name: getattr(self, name) for name in self.FIELDS}
-        values.update(changes)
-        return MemoryEdge(**values)
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self.FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not MemoryEdge:
-            return NotImplemented
-        return self._values() == other._values()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return _repr(self, self.FIELDS)
-
-    def __copy__(self) -> MemoryEdge:
-        return MemoryEdge(*self._values())
-
-
-def _repr(obj: object, names: tuple[str, ...]) -> str:
-    fields: Iterator[str] = (f"{name}={getattr(obj, name)!r}" for name in names)
-    return f"{type(obj).__name__}({', '.join(fields)})"
+        return MemoryEdge(**{**dict(zip(self.FIELDS, self._values(), strict=True)),
+                             **changes})
