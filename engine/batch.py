@@ -36,13 +36,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from .config import RetrievalConfig
 from .intent import Intent, override_weights
+from .jit import exact_njit
 
 __all__ = ["FEATURES", "INTENTS", "WEIGHTS", "CandidateBlock", "RowPlan", "intent_weights",
            "plan_rows", "ranks_of", "ranks_of_numpy", "row_ranks", "scores", "scores_numpy",
@@ -406,10 +407,7 @@ def warm_up() -> None:
 
 @cache
 def _kernels() -> _Kernels:
-    import numba
-
-    compile_: Callable[[Any], Any] = numba.njit(cache=True, nogil=True)  # no fastmath
-    return _Kernels(score=compile_(_score_rows), rank=compile_(_rank_rows))
+    return _Kernels(score=exact_njit(_score_rows), rank=exact_njit(_rank_rows))
 
 
 def _c_floats(a: Floats, n: int) -> bool:

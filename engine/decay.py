@@ -1,7 +1,7 @@
 """Decay of edge weights and node relevance, and the feedback relevance bump (MSPR.md 5).
 
 `tick_decay` computes the tick with NumPy on the graph's columns (engine/records.py: the
-decaying attributes of every node and edge, as lists) and writes the changed columns
+decaying attributes of every node and edge, as arrays) and writes the changed columns
 back whole. Its values are bit for bit those of the library's loop, `_tick_one_by_one`,
 which still runs whatever the columns cannot vouch for (`exotic`: a weight, relevance or
 floor that is not a float, a time that is not a naive datetime, a renamed node; also a
@@ -37,6 +37,7 @@ from .graph import (
     MemoryEdge,
     PositionArray,
 )
+from .jit import exact_njit
 from .records import epoch_us
 
 
@@ -174,11 +175,7 @@ def _exp_each(x: FloatArray, out: FloatArray) -> None:
 
 @cache
 def _exp_kernel() -> Callable[[FloatArray, FloatArray], None]:
-    import numba  # imported on the first tick only
-
-    kernel: Callable[[FloatArray, FloatArray], None] = numba.njit(
-        cache=True, nogil=True)(_exp_each)     # no fastmath
-    return kernel
+    return exact_njit(_exp_each)
 
 
 def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
@@ -195,8 +192,8 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     aging_at = np.flatnonzero(~table.sticky)
     aging_rows = table.rows[aging_at]
     # -1.0 marks Δh = 0 (the edge is skipped); e^x is never negative.
-    factor = _exp_of(lam, np.array(edges.updated_us, dtype=np.int64)[aging_rows],
-                              now_us, zero=-1.0)
+    factor = _exp_of(lam, np.array(edges.updated_us, dtype=np.int64)[aging_rows], now_us,
+                     zero=-1.0)
     if factor is None:
         return None
     old = weight[aging_rows]
@@ -226,8 +223,8 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     active = np.flatnonzero(~np.array(nodes.archived, dtype=bool))
     if not active.size:
         return plan
-    recency = _exp_of(lam, np.array(nodes.anchor_us, dtype=np.int64)[active],
-                               now_us, zero=None)
+    recency = _exp_of(lam, np.array(nodes.anchor_us, dtype=np.int64)[active], now_us,
+                      zero=None)
     if recency is None:
         return None
     floor = np.array(nodes.floor, dtype=np.float64)[active]
