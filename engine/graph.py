@@ -164,11 +164,9 @@ class ContextGraph:
                 node.bind(self.node_columns, position)
         self.nodes[node_id] = node
         self._by_position[self._position[node_id]] = node
-        peak = self._peak
-        self.changed()
-        # A new node can only raise the peak (a negative count may undercut the default 0).
-        if old is None and peak is not None and (node.archived or node.access_count >= 0):
-            self._peak = peak if node.archived else max(peak, node.access_count)
+        self.version += 1
+        # A replaced node may have held the peak; a new one can only raise it.
+        self._peak = None if old is not None else self._peak_with(node)
 
     def get(self, node_id: str) -> MemoryNode | None:
         return self.nodes.get(node_id)
@@ -177,6 +175,14 @@ class ContextGraph:
         """Call after mutating nodes or edges in place: drops cached derived views."""
         self.version += 1
         self._peak = None
+
+    def _peak_with(self, node: MemoryNode) -> int | None:
+        """The cached peak once `node`, new, is in (None: to recompute; a negative count
+        may undercut the default 0 of a graph with no eligible node)."""
+        peak = self._peak
+        if peak is None or node.archived:
+            return peak
+        return max(peak, node.access_count) if node.access_count >= 0 else None
 
     def decayed(self, archived: Sequence[int] | None) -> None:
         """`changed` after a decay tick, which touches no access count: the access-count
