@@ -29,6 +29,7 @@ from scipy import sparse
 
 from msprlab.engine import Seed, archive
 from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
+from msprlab.engine.ppr import stable_top_prefix
 from msprlab.engine.state import EngineState
 
 from .schema import Dataset
@@ -414,13 +415,6 @@ def _search_groups(corpus: Corpus, timeline: Timeline, searches: list[tuple[int,
 
 
 def stable_top(keys: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
-    """`np.argsort(keys, kind="stable")[:k]` without sorting every key: the k-th smallest
-    key bounds the first k, and those at or below it, kept in row order, sort stably."""
-    if keys.size <= k:
-        return np.argsort(keys, kind="stable")
-    kth = np.partition(keys, k - 1)[k - 1]
-    if np.isnan(kth):  # fewer than k numbers: the NaNs' order is argsort's business
-        return np.argsort(keys, kind="stable")[:k]
-    near = np.flatnonzero(keys <= kth)
-    top: npt.NDArray[np.intp] = near[np.argsort(keys[near], kind="stable")[:k]]
+    """`np.argsort(keys, kind="stable")[:k]`, from the engine's partial stable sort."""
+    top: npt.NDArray[np.intp] = stable_top_prefix(keys, k)[:k]
     return top

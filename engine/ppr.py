@@ -278,7 +278,7 @@ def expand_ppr(graph: ContextGraph, seeds: Mapping[str, Payload], scope: Scope, 
         return reach, edges_used, notes
     scores = result.scores
     take = max(0, max(1, max_candidates) - len(reach))
-    ranked = _stable_top(-scores, take + len(seed_view))
+    ranked = stable_top_prefix(-scores, take + len(seed_view))
     is_seed = np.zeros(n_view, dtype=bool)
     is_seed[seed_view] = True
     ids = table.ids
@@ -289,7 +289,7 @@ def expand_ppr(graph: ContextGraph, seeds: Mapping[str, Payload], scope: Scope, 
     return reach, edges_used, notes
 
 
-def _stable_top(values: npt.NDArray[np.float64], m: int) -> IntArray:
+def stable_top_prefix(values: npt.NDArray[np.float64], m: int) -> IntArray:
     """A prefix, at least `m` long, of `np.argsort(values, kind="stable")`, found without
     sorting everything: every value up to the m-th smallest, ties included, sorted stably."""
     if m >= values.size or np.isnan(values).any():

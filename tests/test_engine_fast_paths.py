@@ -27,7 +27,7 @@ from msprlab.engine.config import FrequencyConfig, MsprConfig, RetrievalConfig
 from msprlab.engine.edges import archive
 from msprlab.engine.graph import ContextGraph, EdgeType, Embedding, MemoryEdge, MemoryNode
 from msprlab.engine.pagerank import pagerank_on, personalized_pagerank, transition
-from msprlab.engine.ppr import _edge_table, _skip_mask, _stable_top, expand_ppr
+from msprlab.engine.ppr import _edge_table, _skip_mask, expand_ppr, stable_top_prefix
 from msprlab.engine.rerank import (
     Candidate,
     _frequency_term,
@@ -602,6 +602,6 @@ def test_transition_with_isolated_nodes_matches_a_fresh_pagerank() -> None:
 def test_stable_top_is_a_prefix_of_the_stable_argsort(values: list[float], m: int) -> None:
     array = np.array(values, dtype=np.float64)
     full = np.argsort(array, kind="stable")
-    top = _stable_top(array, m)
+    top = stable_top_prefix(array, m)
     assert top.size >= min(m, array.size)
     assert np.array_equal(top, full[:top.size])
