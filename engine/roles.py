@@ -199,6 +199,23 @@ class CompositePolicy(RolePolicy):
         return _clamp_unit(product)
 
 
+def allows(policy: RolePolicy, entry: Mapping[str, Any], ctx: RoleContext) -> bool:
+    """`policy.allow`, failing closed as the library does: an `allow` that raises denies."""
+    try:
+        return policy.allow(entry, ctx)
+    except Exception:
+        return False
+
+
+def reweight_or_one(policy: RolePolicy, entry: Mapping[str, Any], ctx: RoleContext) -> float:
+    """`float(policy.reweight(...))`, 1.0 when it raises or is not a number (as the
+    library: a failing reweight leaves the score alone)."""
+    try:
+        return float(policy.reweight(entry, ctx))
+    except Exception:
+        return 1.0
+
+
 def apply_role_policy(entries: Sequence[Mapping[str, Any]], policy: RolePolicy,
                       ctx: RoleContext, *, hard_filter: bool) -> list[dict[str, Any]]:
     """Filter (hard) or rescore (soft) `entries`; returns new dicts, inputs are untouched.
@@ -210,10 +227,7 @@ def apply_role_policy(entries: Sequence[Mapping[str, Any]], policy: RolePolicy,
     """
     out: list[dict[str, Any]] = []
     for entry in entries:
-        try:
-            allowed = policy.allow(entry, ctx)
-        except Exception:
-            allowed = False  # fail closed, as the library does
+        allowed = allows(policy, entry, ctx)
         if hard_filter:
             if allowed:
                 out.append(dict(entry))
@@ -222,10 +236,7 @@ def apply_role_policy(entries: Sequence[Mapping[str, Any]], policy: RolePolicy,
         if not allowed:
             adjusted["score"] = 0.0
         else:
-            try:
-                weight = float(policy.reweight(entry, ctx))
-            except Exception:
-                weight = 1.0  # as the library: a failing reweight leaves the score alone
+            weight = reweight_or_one(policy, entry, ctx)
             if "score" in adjusted:
                 adjusted["score"] = float(adjusted["score"]) * _clamp_unit(weight)
         out.append(adjusted)
@@ -238,21 +249,8 @@ def role_multipliers(entries: Sequence[Mapping[str, Any]], policy: RolePolicy,
     score is set to 0), else clamp(reweight, 0, 1) (1.0 when reweight raises or is not a
     number). `apply_role_policy(..., hard_filter=False)` is score × this factor, for
     policies that do not read the score itself (the built-in ones do not)."""
-    out: list[float] = []
-    for entry in entries:
-        try:
-            allowed = policy.allow(entry, ctx)
-        except Exception:
-            allowed = False  # fail closed, as the library does
-        if not allowed:
-            out.append(0.0)
-            continue
-        try:
-            weight = float(policy.reweight(entry, ctx))
-        except Exception:
-            weight = 1.0
-        out.append(_clamp_unit(weight))
-    return out
+    return [_clamp_unit(reweight_or_one(policy, entry, ctx))
+            if allows(policy, entry, ctx) else 0.0 for entry in entries]
 
 
 # Each factory takes (treat_global_as_visible, treat_unrestricted_as_visible).

@@ -76,6 +76,7 @@ from msprlab.engine.roles import (
     RolePolicy,
     RoleScopePolicy,
     TenantIsolationPolicy,
+    allows,
     role_context_from_filters,
     role_multipliers,
 )
@@ -437,11 +438,8 @@ class _Audit:
 
 
 def _allowed(memory_id: str, stored: Mapping[str, Any] | None, ctx: RoleContext) -> bool:
-    """`apply_role_policy`'s verdict on one hit: an `allow` that raises denies."""
-    try:
-        return AUDIT_POLICY.allow(seed_payload(memory_id, stored or {}, None), ctx)
-    except Exception:
-        return False
+    """`apply_role_policy`'s verdict on one hit."""
+    return allows(AUDIT_POLICY, seed_payload(memory_id, stored or {}, None), ctx)
 
 
 def index_seeds(index: DenseIndex, corpus: Any, timeline: Timeline, q: int,
