@@ -155,14 +155,19 @@ def gathered_seeds(corpus: Any, timeline: Timeline, q: int, vector: np.ndarray) 
     return [Seed(corpus.memory_ids[rows[i]], float(scores[i])) for i in top]
 
 
-def test_owner_seeds_are_the_gathered_seeds_as_memories_come_and_go() -> None:
-    log, _ = world(3)
+def with_deletions(seed: int, every: int, part: int) -> Any:
+    """World `seed` with every `every`-th memory deleted at 1/`part` of its time span."""
+    log, _ = world(seed)
     created = log.memories["created_at"]
-    middle = created.min() + (created.max() - created.min()) / 2  # type: ignore[operator]
-    doomed = log.memories["memory_id"].gather(list(range(0, log.memories.height, 7)))
-    log = replace(log, memories=log.memories.with_columns(deleted_at=pl.when(
-        pl.col("memory_id").is_in(doomed.implode())).then(pl.lit(middle))
+    moment = created.min() + (created.max() - created.min()) / part  # type: ignore[operator]
+    doomed = log.memories["memory_id"].gather(list(range(0, log.memories.height, every)))
+    return replace(log, memories=log.memories.with_columns(deleted_at=pl.when(
+        pl.col("memory_id").is_in(doomed.implode())).then(pl.lit(moment))
         .otherwise(pl.col("deleted_at"))))
+
+
+def test_owner_seeds_are_the_gathered_seeds_as_memories_come_and_go() -> None:
+    log = with_deletions(3, every=7, part=2)
     corpus = corpus_of(log)
     timeline = Timeline(log, corpus, new_state(FULL))
     rng = np.random.default_rng(3)
@@ -184,13 +189,8 @@ def test_owner_seeds_are_the_gathered_seeds_as_memories_come_and_go() -> None:
 def test_planned_seeds_are_the_seeds_at_each_search() -> None:
     """A plan made up front gives, search by search, what the timeline gives when it gets
     there, with memories deleted on the way and queries of several owners interleaved."""
-    log, _ = world(2)
+    log = with_deletions(2, every=5, part=3)
     created = log.memories["created_at"]
-    middle = created.min() + (created.max() - created.min()) / 3  # type: ignore[operator]
-    doomed = log.memories["memory_id"].gather(list(range(0, log.memories.height, 5)))
-    log = replace(log, memories=log.memories.with_columns(deleted_at=pl.when(
-        pl.col("memory_id").is_in(doomed.implode())).then(pl.lit(middle))
-        .otherwise(pl.col("deleted_at"))))
     corpus = corpus_of(log)
     vectors = corpus.vectors
     assert vectors is not None
