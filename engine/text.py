@@ -15,75 +15,51 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 _NO_TOKENS: frozenset[str] = frozenset()
 # The ASCII word characters (what \w matches below 128) and the space.
 _WORD_BYTES_AND_SPACE = (string.ascii_letters + string.digits + "_ ").encode()
-# Tokens kept per text, so that a memory's text is tokenized once, not per search: at most
-# this many tokens in all (about 70 bytes each, so some 20 MB), then the cache starts over.
-TOKEN_CACHE_TOKENS = 1 << 18
-# text -> its tokens. Keyed by the text itself, so a payload whose text changes is simply
-# tokenized anew. Look a text up here first; `_tokens_of` tokenizes one that is missing.
-TOKEN_CACHE: dict[str, tuple[str, ...]] = {}
-_cached_tokens = 0  # held by TOKEN_CACHE, counting one more per text
+# text -> its token set, so that a memory's text is tokenized once, not per search. Keyed
+# by the text itself, so a payload whose text changes is simply tokenized anew; emptied
+# when it holds this many texts (a 12-word text's set takes about 1.4 kB with its tokens).
+TOKEN_SETS: dict[str, frozenset[str]] = {}
+_TOKEN_SETS_SIZE = 1 << 16
 
 
 def tokens(text: object) -> frozenset[str]:
     """Lower-cased `\\w+` tokens; "Alice's" gives {alice, s}, "nut-free" gives {nut, free}."""
     if not text or not isinstance(text, str):
         return _NO_TOKENS
-    found = TOKEN_CACHE.get(text)
-    return frozenset(_tokens_of(text) if found is None else found)
-
-
-def _tokens_of(text: str) -> tuple[str, ...]:
-    """The tokens of a non-empty str, repeats included (a bag, whose set is `tokens(text)`),
-    remembered in TOKEN_CACHE: for a text not found there.
-
-    A tuple rather than a set: the garbage collector stops tracking a tuple of strings, so
-    a large cache adds nothing to its passes; set operations take it as it is. The tokens
-    are not interned (`sys.intern`): that would more than double the cost of tokenizing,
-    which is most of the lexical term in a search over memories not seen before; the token
-    budget of the cache bounds the memory instead.
-    """
-    global _cached_tokens
-    if not text.isascii():
-        found = tuple([t.lower() for t in _TOKEN.findall(text)])
-    # Lower-casing ASCII first finds the same tokens: it maps A-Z to a-z only, and both are
-    # word characters. (Not so beyond ASCII: "İ".lower() is two characters, the second not
-    # a word character.)
-    elif text.encode().translate(None, _WORD_BYTES_AND_SPACE):
-        found = tuple(_TOKEN.findall(text.lower()))
-    else:
-        # Only [A-Za-z0-9_] and spaces: the \w+ runs are the space-separated words. (Deleting
-        # those bytes is the cheapest such test: no per-character Unicode lookups, as
-        # `str.isalnum` makes.)
-        found = tuple(text.lower().split())
-    held = _cached_tokens + len(found) + 1
-    if held > TOKEN_CACHE_TOKENS:  # full: start over
-        TOKEN_CACHE.clear()
-        held = len(found) + 1
-    TOKEN_CACHE[text] = found
-    _cached_tokens = held
-    return found
-
-
-# text -> its token set (`tokens(text)`), for the lexical term of every search: a set
-# meets the query's in a few lookups, where TOKEN_CACHE's tuple is walked in full. Keyed by
-# the text itself, so an edited text is simply a new key; emptied when it holds this many.
-TOKEN_SETS: dict[str, frozenset[str]] = {}
-_TOKEN_SETS_SIZE = 1 << 16
+    found = TOKEN_SETS.get(text)
+    return token_set(text) if found is None else found
 
 
 def token_set(text: str) -> frozenset[str]:
-    """`tokens(text)`, remembered in TOKEN_SETS: for a text not found there."""
+    """`tokens(text)` for a non-empty str not found in TOKEN_SETS, remembered there."""
     if len(TOKEN_SETS) >= _TOKEN_SETS_SIZE:
         TOKEN_SETS.clear()
-    found = TOKEN_SETS[text] = tokens(text)
+    found = TOKEN_SETS[text] = frozenset(split_tokens(text))
     return found
 
 
+def split_tokens(text: str) -> list[str]:
+    """The lower-cased `\\w+` tokens of a str, repeats included (uncached).
+
+    The tokens are not interned (`sys.intern`): that would more than double the cost of
+    tokenizing, which is most of the lexical term in a search over memories not seen
+    before; the size of TOKEN_SETS bounds the memory instead.
+    """
+    if not text.isascii():
+        return [t.lower() for t in _TOKEN.findall(text)]
+    # Lower-casing ASCII first finds the same tokens: it maps A-Z to a-z only, and both are
+    # word characters. (Not so beyond ASCII: "İ".lower() is two characters, the second not
+    # a word character.)
+    if text.encode().translate(None, _WORD_BYTES_AND_SPACE):
+        return _TOKEN.findall(text.lower())
+    # Only [A-Za-z0-9_] and spaces: the \w+ runs are the space-separated words. (Deleting
+    # those bytes is the cheapest such test: no per-character Unicode lookups, as
+    # `str.isalnum` makes.)
+    return text.lower().split()
+
+
 def clear_token_cache() -> None:
-    global _cached_tokens
-    TOKEN_CACHE.clear()
     TOKEN_SETS.clear()
-    _cached_tokens = 0
 
 
 def lexical_overlap(query_tokens: frozenset[str], text: object) -> float:

@@ -38,7 +38,7 @@ from msprlab.engine.rerank import (
 from msprlab.engine.scope import UNVERIFIABLE, Scope, confirmed, conflicts, tenant_skipped
 from msprlab.engine.seeds import seed_score
 from msprlab.engine.state import EngineState
-from msprlab.engine.text import _tokens_of, clear_token_cache, cosine, cosines, tokens
+from msprlab.engine.text import clear_token_cache, cosine, cosines, split_tokens, tokens
 
 from spec_fixture import NO_DECAY, add_edge, add_memory, fixture, request, with_retrieval
 from spec_fixture import T0 as T_FIXTURE
@@ -65,7 +65,7 @@ TEXT = st.text(alphabet=st.sampled_from([*"aZ9_ -'\t\n\x0b\x1f.,éİßΣσ", "\u
 @settings(max_examples=400, deadline=None)
 @given(TEXT)
 def test_token_sets_match_the_regex_oracle(text: str) -> None:
-    found = _tokens_of(text) if text else ()
+    found = split_tokens(text)
     assert sorted(found) == sorted(t.lower() for t in _TOKEN.findall(text))
     assert tokens(text) == frozenset(t.lower() for t in _TOKEN.findall(text))
 
