@@ -5,7 +5,12 @@ When the ContextKit library is installed (msprlab[parity]) it is timed side by s
 same graphs and the same requests (through the parity adapter's public entry point), and
 the ratio printed; the library's top results are checked against the engine's ("same").
 The library is slow, so it runs only the first few requests (`--library-searches`, fewer
-for PPR at 50k); the engine runs all of them. Only the searches are timed, on both sides:
+for PPR at 50k); the engine runs all of them. Each graph is measured in `--rounds` rounds,
+the engine then the library, each round on a freshly built state, with the engine's text
+caches emptied first (no round, and no algorithm after another on the same graph, starts
+with texts already tokenized); the ratio printed is the median of the rounds' ratios, with
+their range: the machine's speed drifts, and the two sides of one round are close in time.
+Only the searches are timed, on both sides:
 building the state, the feedback that seeds it and one warm-up search (it ticks decay) are
 not, and a full garbage collection after the warm-up keeps the collector's debt from
 building the state out of the timing. The library runs at its usual logging level while
@@ -30,6 +35,7 @@ import importlib.util
 import logging
 import os
 import pstats
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -54,6 +60,7 @@ from msprlab.engine.config import (
 from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
 from msprlab.engine.roles import policy_from_name
 from msprlab.engine.state import EngineState
+from msprlab.engine.text import clear_token_cache
 
 NOW = datetime(2026, 1, 1)
 # Searches/s of the library at 1k/10k/50k memories, from the engine issue (not measured here).
@@ -161,7 +168,8 @@ def time_engine(state: EngineState, reqs: Sequence[SearchRequest],
                 keep: int) -> tuple[float, float, list[Ranking]]:
     """Searches/s over `reqs` after one warm-up search, the same on a second pass over
     `reqs` (every cache then holds what these requests touch), and the first `keep`
-    rankings of the first pass."""
+    rankings of the first pass. Build `state` after `clear_token_cache()` for a first pass
+    that meets every text anew."""
     search(state, reqs[0], now=NOW)  # first search ticks decay and warms caches
     gc.collect()  # settle the collector's debt from building the state, outside the timing
     rankings: list[Ranking] = []
@@ -184,6 +192,7 @@ def profile_engine(n: int, algorithm: str, searches: int, top: int = 25) -> None
     world = generate(n, rng)
     count = searches if algorithm == "bfs" else max(20, searches // 5)
     reqs = requests(world, rng, count)
+    clear_token_cache()  # as in every timed round
     state = build(world, algorithm)
     search(state, reqs[0], now=NOW)  # the untimed warm-up search, as in time_engine
     gc.collect()
@@ -310,6 +319,37 @@ def library_count(algorithm: str, n: int, requested: int) -> int:
     return max(1, requested)
 
 
+@dataclass(frozen=True)
+class Round:
+    """One round on one graph: the engine's two passes, then the library (when measured)."""
+
+    engine: float               # searches/s, first pass
+    again: float                # searches/s, second pass
+    library: float | None = None
+    same: bool | None = None    # the library's rankings agree with the engine's
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.library is None else self.engine / self.library
+
+
+def measure_graph(world: World, algorithm: str, reqs: Sequence[SearchRequest], rounds: int,
+                  lib_count: int, with_library: bool) -> list[Round]:
+    """`rounds` rounds on one graph, each: fresh state and empty text caches, the engine's
+    passes, then the library over the first `lib_count` requests."""
+    out = []
+    for _ in range(rounds):
+        clear_token_cache()
+        rate, again, ours = time_engine(build(world, algorithm), reqs, lib_count)
+        if not with_library:
+            out.append(Round(rate, again))
+            continue
+        lib_rate, theirs = time_library(world, algorithm, reqs[:lib_count])
+        same = agree(ours, theirs, AGREEMENT_TOLERANCE[algorithm])
+        out.append(Round(rate, again, lib_rate, same))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 50_000])
@@ -317,12 +357,16 @@ def main() -> None:
                         help="engine searches per BFS graph (PPR: a fifth, at least 20)")
     parser.add_argument("--library-searches", type=int, default=20,
                         help="library searches per BFS graph (PPR: at most 10, 5 at 50k)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds per graph (engine, then library), the median ratio shown")
     parser.add_argument("--no-library", action="store_true",
                         help="do not run the library even when it is installed")
     parser.add_argument("--profile", choices=("bfs", "ppr"),
                         help="instead of timing: cProfile the engine's first pass of this "
                              "algorithm at each size (no library) and print the top functions")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.profile:
         for n in args.sizes:
             profile_engine(n, args.profile, args.searches)
@@ -330,13 +374,14 @@ def main() -> None:
     measure = library_available() and not args.no_library
     print("searches/s, all signals on (intent, feedback, frequency, roles, success); engine/s "
           "is the first pass over the requests, 2nd pass the same requests again (caches "
-          "warm)")
+          f"warm); medians of {args.rounds} rounds, each on a fresh state with empty caches")
     if measure:
         print("the library is measured in this run on the same graphs and requests, over only "
               f"its first {args.library_searches} BFS / {library_count('ppr', 0, 10)} PPR "
-              f"({library_count('ppr', 50_000, 10)} at 50k) requests because it is slow; "
-              "ratio = engine/s (first pass) / library/s")
-        header = f"{'library/s':>10} {'ratio':>8}  results"
+              f"({library_count('ppr', 50_000, 10)} at 50k) requests because it is slow, "
+              "right after the engine in each round; ratio = median over the rounds of "
+              "engine/s (first pass) / library/s, [lowest-highest]")
+        header = f"{'library/s':>10} {'ratio':>8} {'range':>13}  results"
     else:
         print("the ContextKit library is not installed, so library/s is the issue's rate: "
               "reference, NOT measured in this run")
@@ -346,6 +391,7 @@ def main() -> None:
     for n in args.sizes:  # one graph per size for both algorithms, as if generated anew
         rng = np.random.default_rng(0)
         worlds[n] = (generate(n, rng), rng.bit_generator.state)
+    median = statistics.median
     for algorithm in ("bfs", "ppr"):
         for n in args.sizes:
             world, after = worlds[n]
@@ -354,12 +400,16 @@ def main() -> None:
             count = args.searches if algorithm == "bfs" else max(20, args.searches // 5)
             reqs = requests(world, rng, count)
             lib_count = min(count, library_count(algorithm, n, args.library_searches))
-            rate, again, ours = time_engine(build(world, algorithm), reqs, lib_count)
-            row = f"{algorithm:>9} {n:>9} {rate:>10.1f} {again:>10.1f}"
+            rounds = measure_graph(world, algorithm, reqs, args.rounds, lib_count, measure)
+            rate = median(r.engine for r in rounds)
+            row = (f"{algorithm:>9} {n:>9} {rate:>10.1f} "
+                   f"{median(r.again for r in rounds):>10.1f}")
             if measure:
-                lib_rate, theirs = time_library(world, algorithm, reqs[:lib_count])
-                same = agree(ours, theirs, AGREEMENT_TOLERANCE[algorithm])
-                print(f"{row} {lib_rate:>10.2f} {rate / lib_rate:>7.1f}x  "
+                ratios = [r.ratio for r in rounds if r.ratio is not None]
+                lib_rate = median(r.library for r in rounds if r.library is not None)
+                same = all(r.same for r in rounds)
+                spread = f"[{min(ratios):.1f}-{max(ratios):.1f}]"
+                print(f"{row} {lib_rate:>10.2f} {median(ratios):>7.1f}x {spread:>13}  "
                       f"{'same' if same else 'DIFFER'} ({lib_count} library searches)",
                       flush=True)
             else:
