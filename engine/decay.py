@@ -1,16 +1,18 @@
 """Decay of edge weights and node relevance, and the feedback relevance bump (MSPR.md 5).
 
-`tick_decay` computes the tick with NumPy on the graph's columns (engine/records.py: the
-decaying attributes of every node and edge, as arrays) and writes the changed columns
-back whole. Its values are bit for bit those of the library's loop, `_tick_one_by_one`,
-which still runs whatever the columns cannot vouch for (`exotic`: a weight, relevance or
-floor that is not a float, a time that is not a naive datetime, a renamed node; also a
-`now` that is not naive, or times more than 2^53 µs apart), and raises where the library
-raises. Every float operation is the loop's own, on the same doubles in the same order
-(no fused or reordered arithmetic), with two exceptions that are exact by construction:
+`tick_decay` computes the tick in one loop numba compiles (`_tick_rows`) over the graph's
+columns (engine/records.py: the decaying attributes of every node and edge, as arrays)
+and writes the changed columns back whole. Its values are bit for bit those of the
+library's loop, `_tick_one_by_one`, which still runs whatever the columns cannot vouch
+for (`exotic`: a weight, relevance or floor that is not a float, a time that is not a
+naive datetime, a renamed node; also a `now` that is not naive, or times more than 2^53 µs
+apart), and raises where the library raises. Every float operation is the loop's own, on
+the same doubles in the same order (no fastmath: nothing fused or reordered, engine/jit.py),
+and the comparisons are the loop's `max`/`min`, NaN included; two steps are exact by
+construction:
 
-- e^x is the C library's `exp`, which CPython's `math.exp` calls, run over the arrays by
-  a loop numba compiles (`_exp_each`): `np.exp` may differ in the last bit.
+- e^x is the C library's `exp`, which CPython's `math.exp` calls and so does numba's
+  (`np.exp` may differ in the last bit).
 - Δh is the µs since 1970 of `now` and of the other time subtracted as integers, then
   divided by 10^6 and 3600.0 as floats: `timedelta.total_seconds` divides the same
   integer by 10^6, rounding once, and below 2^53 µs (285 years) an int64 converts to a
@@ -25,15 +27,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from typing import cast
 
 import numpy as np
-import numpy.typing as npt
 
 from .config import DecayConfig
 from .graph import (
     STICKY_EDGE_TYPES,
+    BoolArray,
     ContextGraph,
-    FloatArray,
     MemoryEdge,
     PositionArray,
 )
@@ -107,75 +109,132 @@ _EXACT_INT = 1 << 53  # below this an int64 -> float64 conversion is exact
 
 @dataclass(slots=True)
 class _ColumnPlan:
-    """A tick computed on the columns (engine/records.py) but not yet written."""
+    """A tick computed on copies of the columns (engine/records.py), not yet written."""
 
     changed: PositionArray      # edge rows whose weight and updated_at change
-    weights: FloatArray         # every edge row's weight after the tick (pruned ones kept)
-    every_edge: bool            # whether `changed` holds every edge (holes aside)
+    others: PositionArray       # the other rows of live edges (pruned ones included)
+    weight: array[float]        # the weight column after the tick (pruned rows unchanged)
+    updated_us: array[int]      # and its µs since 1970 of updated_at
     pruned: list[MemoryEdge]
-    active: PositionArray       # node positions the node pass wrote
-    relevance: FloatArray       # their relevance
+    relevance: array[float]     # the node relevance column after the tick
     archive: list[int]          # node positions archived
 
     def apply(self, graph: ContextGraph, now: datetime) -> DecayReport:
         edges, nodes = graph.edge_columns, graph.node_columns
         if self.changed.size:
-            edges.weight = array("d", self.weights.tobytes())
-            now_us = epoch_us(now)
-            assert now_us is not None          # _plan_columns checked it
-            if self.every_edge:     # the holes' placeholders may take `now` too
-                edges.updated_at = [now] * len(edges.updated_at)
+            edges.weight = self.weight
+            edges.updated_us = self.updated_us
+            if self.others.size < self.changed.size:
+                # Mostly `now`: stamp every row, then put the few others back (rows of
+                # removed edges, the holes, may take `now`: nothing reads them).
+                old = edges.updated_at
+                stamped = [now] * len(old)
+                for row in self.others.tolist():
+                    stamped[row] = old[row]
+                edges.updated_at = stamped
             else:
                 for row in self.changed.tolist():
                     edges.updated_at[row] = now
-            updated_us = np.array(edges.updated_us, dtype=np.int64)
-            updated_us[self.changed] = now_us
-            edges.updated_us = array("q", updated_us.tobytes())
-        # After the writes: a removal may compact the rows (and renumber them).
+        # After the writes: a removal may compact the rows (and renumber them), and the
+        # removed edge takes its (unchanged) row with it.
         for edge in self.pruned:
             graph.remove_edge(edge)
-        if self.active.size:
-            relevance = np.array(nodes.relevance, dtype=np.float64)
-            relevance[self.active] = self.relevance
-            nodes.relevance = array("d", relevance.tobytes())
+        nodes.relevance = self.relevance
         for position in self.archive:
             nodes.archived[position] = True
         return DecayReport(int(self.changed.size), len(self.pruned), len(self.archive))
 
 
-def _hours_of(now_us: int, then_us: npt.NDArray[np.int64]) -> FloatArray | None:
-    """`_hours(now, then)` from µs since 1970 (module docstring); None past 2^53 µs."""
-    delta = now_us - then_us
-    if delta.size and int(np.abs(delta).max()) >= _EXACT_INT:
-        return None
-    hours = delta.astype(np.float64) / 1e6 / 3600.0
-    return np.where(hours > 0.0, hours, 0.0)
-
-
-def _exp_of(lam: float, then_us: npt.NDArray[np.int64], now_us: int,
-            *, zero: float | None) -> FloatArray | None:
-    """e^(-λ·Δh) per time; `zero` where Δh = 0 when given. None past 2^53 µs."""
-    hours = _hours_of(now_us, then_us)
-    if hours is None:
-        return None
-    exps = np.empty(hours.size)
-    _exp_kernel()((-lam) * hours, exps)      # -lam * h, as the loop writes it
-    if zero is not None:
-        exps[hours == 0] = zero
-    return exps
-
-
-def _exp_each(x: FloatArray, out: FloatArray) -> None:
-    # Compiled by numba: its math.exp calls the C library's exp, the very function behind
-    # CPython's math.exp, so each value is the loop's (np.exp may differ in the last bit).
-    # The arguments are -λ·Δh <= 0: no overflow, where math.exp would raise.
-    for i in range(x.size):
-        out[i] = math.exp(x[i])
+def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
+               node_pass: bool, rows: PositionArray, sticky: BoolArray, src: PositionArray,
+               dst: PositionArray, weight: array[float], updated_us: array[int],
+               anchor_us: array[int], floor: array[float], archived: bytes,
+               relevance: array[float]) -> tuple[bool, PositionArray, PositionArray,
+                                                 PositionArray, PositionArray]:
+    """`_tick_one_by_one` on the columns, compiled by numba (`_kernel`): the edges of the
+    `EdgeTable` (rows, sticky, src, dst), then every node position. Writes the edge pass
+    into `weight` and `updated_us` (by row) and the node pass into `relevance`, all
+    copies; returns (False, ...) for a span past 2^53 µs (then the loop ticks), else
+    (True, changed rows, the other rows, pruned table indices, archived positions).
+    Every e^x argument is -λ·Δh <= 0 (or NaN): no overflow, where math.exp would raise."""
+    n_edges = rows.size
+    changed = np.empty(n_edges, np.intp)
+    others = np.empty(n_edges, np.intp)
+    pruned = np.empty(n_edges, np.intp)
+    archive = np.empty(len(archived), np.intp)
+    gone = np.zeros(n_edges, np.bool_)
+    n_changed = n_others = n_pruned = n_archive = 0
+    # Rows stamped by one tick share their time: Δh and e^x again only when Δ changes
+    # (the same Δ gives the same doubles). Δ = 0 (Δh = 0: skipped) fills the memo.
+    last, aging, factor = 0, False, 1.0
+    for i in range(n_edges):
+        row = rows[i]
+        stamp = False
+        if not sticky[i]:
+            delta = now_us - updated_us[row]
+            if delta != last:
+                if abs(delta) >= _EXACT_INT:
+                    return False, changed[:0], others[:0], pruned[:0], archive[:0]
+                hours = float(delta) / 1e6 / 3600.0     # _hours: total_seconds() / 3600.0
+                hours = hours if hours > 0.0 else 0.0   # max(0.0, hours)
+                last, aging, factor = delta, hours != 0.0, math.exp(neg_lam * hours)
+            if aging:
+                old = weight[row]
+                new = old * factor
+                if new < min_edge:
+                    gone[i] = True
+                    pruned[n_pruned] = i
+                    n_pruned += 1
+                elif abs(new - old) > 1e-6:
+                    weight[row] = new
+                    updated_us[row] = now_us
+                    stamp = True
+        if stamp:
+            changed[n_changed] = row
+            n_changed += 1
+        else:
+            others[n_others] = row
+            n_others += 1
+    if node_pass:
+        # Each node's largest live weight after the edge pass, by the table's positions
+        # (any order: the values are compared, never summed).
+        best = np.zeros(len(archived))
+        live = np.zeros(len(archived), np.bool_)
+        for i in range(n_edges):
+            w = weight[rows[i]]
+            if gone[i] or not w >= min_edge:
+                continue
+            for end in (src[i], dst[i]):
+                if not live[end] or w > best[end]:      # max(live)
+                    best[end] = w
+                    live[end] = True
+        last, recency = 0, math.exp(neg_lam * 0.0)          # the memo again, at Δ = 0
+        for p in range(len(archived)):
+            if archived[p]:
+                continue
+            delta = now_us - anchor_us[p]
+            if delta != last:
+                if abs(delta) >= _EXACT_INT:
+                    return False, changed[:0], others[:0], pruned[:0], archive[:0]
+                hours = float(delta) / 1e6 / 3600.0
+                hours = hours if hours > 0.0 else 0.0
+                last, recency = delta, math.exp(neg_lam * hours)
+            max_edge = best[p] if live[p] else 0.0
+            rel = 0.8 * max_edge + 0.2 * recency
+            effective = rel if rel > floor[p] else floor[p]            # max(floor, rel)
+            clamped = effective if effective < 1.0 else 1.0            # min(1.0, effective)
+            relevance[p] = clamped if clamped > 0.0 else 0.0           # max(0.0, clamped)
+            if not live[p] and effective < min_node and floor[p] < min_node:
+                archive[n_archive] = p
+                n_archive += 1
+    return (True, changed[:n_changed], others[:n_others], pruned[:n_pruned],
+            archive[:n_archive])
 
 
 @cache
-def _exp_kernel() -> Callable[[FloatArray, FloatArray], None]:
-    return exact_njit(_exp_each)
+def _kernel() -> Callable[..., tuple[bool, PositionArray, PositionArray, PositionArray,
+                                      PositionArray]]:
+    return exact_njit(_tick_rows)
 
 
 def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
@@ -186,62 +245,23 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     now_us = epoch_us(now)
     if now_us is None:
         return None
-    table = graph.edge_table()              # `aging_at` indexes it, `rows` the columns
-    edges = graph.edge_columns
-    weight = np.array(edges.weight, dtype=np.float64)
-    aging_at = np.flatnonzero(~table.sticky)
-    aging_rows = table.rows[aging_at]
-    # -1.0 marks Δh = 0 (the edge is skipped); e^x is never negative.
-    factor = _exp_of(lam, np.array(edges.updated_us, dtype=np.int64)[aging_rows], now_us,
-                     zero=-1.0)
-    if factor is None:
+    table = graph.edge_table()
+    edges, nodes = graph.edge_columns, graph.node_columns
+    # Not exotic: these columns are array('d')/array('q'), which numba takes as they are
+    # (no conversion), and `archived` holds bools (bytes() takes them as 0 and 1). The
+    # kernel writes into copies: `apply` puts them in place of the columns.
+    weight = cast("array[float]", edges.weight)[:]
+    updated_us = edges.updated_us[:]
+    relevance = cast("array[float]", nodes.relevance)[:]
+    ok, changed, others, pruned, archive = _kernel()(
+        now_us, -lam, float(cfg.min_edge_weight), float(cfg.min_node_relevance),
+        cfg.min_node_relevance > 0, table.rows, table.sticky, table.src, table.dst, weight,
+        updated_us, nodes.anchor_us, nodes.floor, bytes(nodes.archived), relevance)
+    if not ok:
         return None
-    old = weight[aging_rows]
-    with np.errstate(all="ignore"):
-        new = old * factor
-        moves = factor >= 0.0
-        prune = moves & (new < cfg.min_edge_weight)
-        change = moves & ~prune & (np.abs(new - old) > 1e-6)
-    changed = aging_rows[change]
-    weight[changed] = new[change]
-    plan = _ColumnPlan(changed=changed, weights=weight,
-                       every_edge=changed.size == len(table.edges),
-                       pruned=[table.edges[i] for i in aging_at[prune].tolist()],
-                       active=np.empty(0, dtype=np.intp), relevance=np.empty(0), archive=[])
-    if cfg.min_node_relevance <= 0:
-        return plan
-    # The node pass sees the weights after the edge pass, of the edges left.
-    kept = np.ones(len(table.edges), dtype=bool)
-    kept[aging_at[prune]] = False
-    table_weight = weight[table.rows]
-    live = kept & (table_weight >= cfg.min_edge_weight)
-    nodes = graph.node_columns
-    # Live weights are >= min_edge_weight >= 0, so -inf is "no live edge".
-    best = np.full(len(nodes.relevance), -np.inf)
-    np.maximum.at(best, table.src[live], table_weight[live])
-    np.maximum.at(best, table.dst[live], table_weight[live])
-    active = np.flatnonzero(~np.array(nodes.archived, dtype=bool))
-    if not active.size:
-        return plan
-    recency = _exp_of(lam, np.array(nodes.anchor_us, dtype=np.int64)[active], now_us,
-                      zero=None)
-    if recency is None:
-        return None
-    floor = np.array(nodes.floor, dtype=np.float64)[active]
-    best = best[active]
-    has_live = best != -np.inf
-    max_edge = np.where(has_live, best, 0.0)
-    with np.errstate(all="ignore"):
-        rel = 0.8 * max_edge + 0.2 * recency
-        effective = np.where(rel > floor, rel, floor)           # max(floor, rel)
-        clamped = np.where(effective < 1.0, effective, 1.0)       # min(1.0, effective)
-        relevance = np.where(clamped > 0.0, clamped, 0.0)         # max(0.0, clamped)
-        archive = (~has_live & (effective < cfg.min_node_relevance)
-                   & (floor < cfg.min_node_relevance))
-    plan.active = active
-    plan.relevance = relevance
-    plan.archive = active[archive].tolist()
-    return plan
+    return _ColumnPlan(changed=changed, others=others, weight=weight, updated_us=updated_us,
+                       pruned=list(map(table.edges.__getitem__, pruned.tolist())),
+                       relevance=relevance, archive=archive.tolist())
 
 
 def maybe_tick_decay(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> DecayReport | None:

@@ -4,7 +4,9 @@
 node at a time. Random graphs (bare and archived nodes, sticky and parallel edges, self
 loops, floors, weights on the pruning line, Δh = 0, future times) go through several ticks
 with changes in between; after every tick the report, every edge in storage order and
-every node must match, floats by their bits. Inputs the arrays leave to the loop (int
+every node must match, floats by their bits, and the compiled tick (engine/decay.py's
+`_tick_rows`) must have done it, never the loop it falls back to; one tick prunes enough
+edges to compact the rows midway. Inputs the arrays leave to the loop (int
 weights, aware times, a node stored under another id, spans beyond 2^53 µs) must match
 too, exceptions included. `ContextGraph.edge_table` is checked against `edges()`.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from msprlab.engine import decay
 from msprlab.engine.config import DecayConfig
 from msprlab.engine.decay import DecayReport, bump_relevance, tick_decay
 from msprlab.engine.graph import (
@@ -186,8 +189,13 @@ CONFIGS = [DecayConfig(), DecayConfig(min_node_relevance=0.0),
            DecayConfig(enabled=False)]
 
 
+def loop_forbidden(*args: object) -> DecayReport:
+    raise AssertionError("the compiled tick sent these columns to the loop")
+
+
 @pytest.mark.parametrize("seed", range(40))
-def test_random_graphs_tick_like_the_loop(seed: int) -> None:
+def test_random_graphs_tick_like_the_loop(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decay, "_tick_one_by_one", loop_forbidden)   # the kernel's, all
     rng = random.Random(seed)
     now = T
     graph, ids = random_graph(rng, now)
@@ -198,6 +206,40 @@ def test_random_graphs_tick_like_the_loop(seed: int) -> None:
         tick_both(graph, cfg, now)
         for _ in range(rng.randrange(0, 8)):
             random_change(rng, graph, ids, now)
+
+
+def test_a_tick_that_prunes_past_the_compaction_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over 1024 edges pruned in one tick: the removals compact the rows midway through."""
+    monkeypatch.setattr(decay, "_tick_one_by_one", loop_forbidden)
+    rng = random.Random(7)
+    graph = ContextGraph()
+    ids = [f"m{i}" for i in range(400)]
+    for i, memory_id in enumerate(ids):
+        then = T - timedelta(hours=i)
+        graph.add_node(MemoryNode(id=memory_id, hash="", created_at=then, updated_at=then))
+    for _ in range(4000):
+        add_random_edge(rng, graph, ids, T, [])
+    before = len(graph.edge_table().edges)
+    cfg = DecayConfig(half_life_days=0.05, min_edge_weight=0.3, min_node_relevance=0.2)
+    now = T + timedelta(hours=3)
+    tick_both(graph, cfg, now)
+    pruned = before - len(graph.edge_table().edges)
+    assert pruned > 1024 and graph._removed_rows < pruned           # compacted
+    for _ in range(3):
+        now += timedelta(hours=1)
+        tick_both(graph, cfg, now)
+
+
+def test_graphs_without_edges_or_live_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decay, "_tick_one_by_one", loop_forbidden)
+    tick_both(ContextGraph(), DecayConfig(), T)
+    graph = ContextGraph()
+    for i in range(5):
+        graph.add_node(MemoryNode(id=f"m{i}", hash="", created_at=T, archived=i % 2 == 0,
+                                  updated_at=T - timedelta(hours=100 * i)))
+    for now in (T, T + timedelta(days=400)):
+        tick_both(graph, DecayConfig(), now)
+    assert all(n is not None and n.archived for n in graph.nodes.values())
 
 
 # --- what the arrays leave to the loop ---------------------------------------------
@@ -288,16 +330,22 @@ def test_edge_table_after_many_removals() -> None:
     assert graph.edge_table().edges[-1] is made[0]
 
 
+def _exp_each(x: Any, out: Any) -> None:
+    for i in range(x.size):
+        out[i] = math.exp(x[i])
+
+
 def test_the_compiled_exp_is_math_exp_bit_for_bit() -> None:
-    """The tick's e^x (numba calling the C library's exp) against CPython's math.exp."""
+    """The tick's e^x (numba's math.exp, the C library's exp, compiled as the kernel is)
+    against CPython's math.exp."""
     import numpy as np
 
-    from msprlab.engine.decay import _exp_kernel
+    from msprlab.engine.jit import exact_njit
     rng = np.random.default_rng(0)
     x = np.concatenate([-rng.random(200_000) * 50, -rng.random(50_000) * 1e-3,
                         -rng.exponential(3, 50_000), -rng.random(10_000) * 745,
                         [0.0, -0.0, -np.inf, np.nan, -745.2, -1e-300, -5e-324]])
     out = np.empty_like(x)
-    _exp_kernel()(x, out)
+    exact_njit(_exp_each)(x, out)
     want = np.array([math.exp(v) for v in x.tolist()])
     assert out.tobytes() == want.tobytes()
