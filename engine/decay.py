@@ -17,6 +17,29 @@ construction:
   divided by 10^6 and 3600.0 as floats: `timedelta.total_seconds` divides the same
   integer by 10^6, rounding once, and below 2^53 µs (285 years) an int64 converts to a
   float64 exactly.
+
+Order. The loop visits edges in storage order (`graph.edges()`: by source in node order,
+then target, then type); the kernel visits the graph's edge rows (`ContextGraph.edge_rows`:
+the order the keys were added, holes skipped). They differ: after A->B, C->D, A->E the
+storage order is A->B, A->E, C->D and the row order A->B, C->D, A->E; a key added again
+takes the last row but in storage goes last only among its pair's types (or its source's
+targets). No value depends on the order:
+
+- Edge pass: the loop lists the edges before it starts, and an edge's new weight, its
+  stamp or its pruning reads only that edge's own weight and time (a removal changes no
+  other edge's); the e^x memo is keyed by Δ, so it gives the same double in any order.
+- Node pass: a node takes the largest live weight of its edges, by comparison only.
+  Among equal values `max` keeps the first, and only ±0.0 could tell which: but
+  0.8·(±0.0) + 0.2·recency is the same double either way (recency = e^x is never -0.0);
+  NaN never passes the `>= min_edge_weight` filter.
+
+The one order that reaches the graph is that of the removals. The dicts end the same in
+any order (deleting keys leaves the others in insertion order), but the point where the
+rows are compacted follows it, and so do which rows are holes until the next compaction
+and which row each edge holds meanwhile. The pruned edges are removed in row order, as
+they have been since the columns came in (the loop's storage order would give another row
+layout, which no reader of the graph sees), in one `ContextGraph.remove_edges` call that
+makes exactly the changes of a `remove_edge` call per edge.
 """
 
 from __future__ import annotations
@@ -34,7 +57,6 @@ import numpy as np
 from .config import DecayConfig
 from .graph import (
     STICKY_EDGE_TYPES,
-    BoolArray,
     ContextGraph,
     MemoryEdge,
     PositionArray,
@@ -115,7 +137,7 @@ class _ColumnPlan:
     others: PositionArray       # the other rows of live edges (pruned ones included)
     weight: array[float]        # the weight column after the tick (pruned rows unchanged)
     updated_us: array[int]      # and its µs since 1970 of updated_at
-    pruned: list[MemoryEdge]
+    pruned: list[MemoryEdge]    # in row order (see "Order" above)
     relevance: array[float]     # the node relevance column after the tick
     archive: list[int]          # node positions archived
 
@@ -136,41 +158,44 @@ class _ColumnPlan:
                 for row in self.changed.tolist():
                     edges.updated_at[row] = now
         # After the writes: a removal may compact the rows (and renumber them), and the
-        # removed edge takes its (unchanged) row with it.
-        for edge in self.pruned:
-            graph.remove_edge(edge)
+        # removed edge takes its (unchanged) row with it. One `remove_edges` call: the
+        # same removals, in the same order, as a `remove_edge` each.
+        if self.pruned:
+            graph.remove_edges(self.pruned)
         nodes.relevance = self.relevance
         for position in self.archive:
-            nodes.archived[position] = True
+            nodes.put_archived(position, True)
         return DecayReport(int(self.changed.size), len(self.pruned), len(self.archive))
 
 
 def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
-               node_pass: bool, rows: PositionArray, sticky: BoolArray, src: PositionArray,
-               dst: PositionArray, weight: array[float], updated_us: array[int],
-               anchor_us: array[int], floor: array[float], archived: bytes,
+               node_pass: bool, alive: bytearray, sticky: array[int], src: array[int],
+               dst: array[int], weight: array[float], updated_us: array[int],
+               anchor_us: array[int], floor: array[float], archived: bytearray,
                relevance: array[float]) -> tuple[bool, PositionArray, PositionArray,
                                                  PositionArray, PositionArray]:
-    """`_tick_one_by_one` on the columns, compiled by numba (`_kernel`): the edges of the
-    `EdgeTable` (rows, sticky, src, dst), then every node position. Writes the edge pass
-    into `weight` and `updated_us` (by row) and the node pass into `relevance`, all
-    copies; returns (False, ...) for a span past 2^53 µs (then the loop ticks), else
-    (True, changed rows, the other rows, pruned table indices, archived positions).
-    Every e^x argument is -λ·Δh <= 0 (or NaN): no overflow, where math.exp would raise."""
-    n_edges = rows.size
-    changed = np.empty(n_edges, np.intp)
-    others = np.empty(n_edges, np.intp)
-    pruned = np.empty(n_edges, np.intp)
+    """`_tick_one_by_one` on the columns, compiled by numba (`_kernel`): the edge rows
+    (`ContextGraph.edge_rows`: alive, sticky, src, dst; holes skipped) in row order, then
+    every node position. Writes the edge pass into `weight` and `updated_us` (by row) and
+    the node pass into `relevance`, all copies; returns (False, ...) for a span past 2^53
+    µs (then the loop ticks), else (True, changed rows, the other live rows, pruned rows,
+    archived positions). Every e^x argument is -λ·Δh <= 0 (or NaN): no overflow, where
+    math.exp would raise."""
+    n_rows = len(alive)
+    changed = np.empty(n_rows, np.intp)
+    others = np.empty(n_rows, np.intp)
+    pruned = np.empty(n_rows, np.intp)
     archive = np.empty(len(archived), np.intp)
-    gone = np.zeros(n_edges, np.bool_)
+    gone = np.zeros(n_rows, np.bool_)
     n_changed = n_others = n_pruned = n_archive = 0
     # Rows stamped by one tick share their time: Δh and e^x again only when Δ changes
     # (the same Δ gives the same doubles). Δ = 0 (Δh = 0: skipped) fills the memo.
     last, aging, factor = 0, False, 1.0
-    for i in range(n_edges):
-        row = rows[i]
+    for row in range(n_rows):
+        if not alive[row]:
+            continue
         stamp = False
-        if not sticky[i]:
+        if not sticky[row]:
             delta = now_us - updated_us[row]
             if delta != last:
                 if abs(delta) >= _EXACT_INT:
@@ -182,8 +207,8 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                 old = weight[row]
                 new = old * factor
                 if new < min_edge:
-                    gone[i] = True
-                    pruned[n_pruned] = i
+                    gone[row] = True
+                    pruned[n_pruned] = row
                     n_pruned += 1
                 elif abs(new - old) > 1e-6:
                     weight[row] = new
@@ -196,15 +221,15 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
             others[n_others] = row
             n_others += 1
     if node_pass:
-        # Each node's largest live weight after the edge pass, by the table's positions
-        # (any order: the values are compared, never summed).
+        # Each node's largest live weight after the edge pass, by the rows' positions
+        # (any order: the values are compared, never summed; see "Order" above).
         best = np.zeros(len(archived))
         live = np.zeros(len(archived), np.bool_)
-        for i in range(n_edges):
-            w = weight[rows[i]]
-            if gone[i] or not w >= min_edge:
+        for row in range(n_rows):
+            w = weight[row]
+            if not alive[row] or gone[row] or not w >= min_edge:
                 continue
-            for end in (src[i], dst[i]):
+            for end in (src[row], dst[row]):
                 if not live[end] or w > best[end]:      # max(live)
                     best[end] = w
                     live[end] = True
@@ -245,22 +270,24 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     now_us = epoch_us(now)
     if now_us is None:
         return None
-    table = graph.edge_table()
+    rows = graph.edge_rows()
     edges, nodes = graph.edge_columns, graph.node_columns
-    # Not exotic: these columns are array('d')/array('q'), which numba takes as they are
-    # (no conversion), and `archived` holds bools (bytes() takes them as 0 and 1). The
-    # kernel writes into copies: `apply` puts them in place of the columns.
+    # Not exotic: these columns are array('d')/array('q') and bytearrays, which numba
+    # takes as they are (buffers, no conversion); so are the edge rows and the archived
+    # flags, which the kernel only reads. It writes into copies of weight, updated_us and
+    # relevance: `apply` puts them in place of the columns.
     weight = cast("array[float]", edges.weight)[:]
     updated_us = edges.updated_us[:]
     relevance = cast("array[float]", nodes.relevance)[:]
     ok, changed, others, pruned, archive = _kernel()(
         now_us, -lam, float(cfg.min_edge_weight), float(cfg.min_node_relevance),
-        cfg.min_node_relevance > 0, table.rows, table.sticky, table.src, table.dst, weight,
-        updated_us, nodes.anchor_us, nodes.floor, bytes(nodes.archived), relevance)
+        cfg.min_node_relevance > 0, rows.alive, rows.sticky, rows.src, rows.dst, weight,
+        updated_us, nodes.anchor_us, nodes.floor, nodes.archived_flags, relevance)
     if not ok:
         return None
     return _ColumnPlan(changed=changed, others=others, weight=weight, updated_us=updated_us,
-                       pruned=list(map(table.edges.__getitem__, pruned.tolist())),
+                       pruned=cast(list[MemoryEdge],
+                                   list(map(rows.edges.__getitem__, pruned.tolist()))),
                        relevance=relevance, archive=archive.tolist())
 
 

@@ -5,18 +5,20 @@ insertion-ordered dicts, so neighbour order, storage order and the effect of rem
 re-adding an edge are the library's. Ties in BFS and PPR follow that order.
 
 Beside the dicts the graph keeps every edge as a row with the positions of its ends
-(`edge_table`), and the decaying attributes of nodes and edges in columns
+(`edge_rows`), and the decaying attributes of nodes and edges in columns
 (engine/records.py), so a pass that does not depend on order, such as decay, reads and
-writes arrays instead of walking the dicts.
+writes arrays instead of walking the dicts. Rows are in the order the keys were added, not
+storage order: a removed edge leaves a hole (its `alive` byte 0) until the holes outnumber
+the edges and `_compact_rows` drops them, keeping the others in order; a key added again
+takes a new row at the end.
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
-import operator
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
@@ -25,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 # Nodes and edges are defined beside their columns; everything else imports them from here.
-from .records import EdgeColumns, NodeColumns
+from .records import EdgeColumns, LooseEdges, NodeColumns
 from .records import MemoryEdge as MemoryEdge
 from .records import MemoryNode as MemoryNode
 
@@ -72,24 +74,24 @@ def sequential_sum(values: FloatArray) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class EdgeTable:
-    """Every edge once, in the order the keys were added (not storage order).
+class EdgeRows:
+    """The graph's edge rows themselves (no copies), in the order the keys were added (not
+    storage order), holes of removed edges included: valid until an edge comes or goes.
 
-    edges : the stored edges (the live objects: weights are read from them).
-    src, dst : ndarray, shape (n_edges,)
-        Position of `edge.src` / `edge.dst` in `ContextGraph.nodes` (insertion order).
-    sticky : ndarray, shape (n_edges,)
-        Whether the edge's type is in `STICKY_EDGE_TYPES`.
-    rows : ndarray, shape (n_edges,)
-        The edge's row in `ContextGraph.edge_columns` (rows of removed edges are skipped
-        until the graph compacts them).
+    edges : the edge stored at each row, None at a hole (the live objects).
+    alive : 1 where a row holds an edge, 0 at a hole.
+    src, dst : position of `edge.src` / `edge.dst` in `ContextGraph.nodes` (insertion
+        order); a hole keeps its edge's.
+    sticky : 1 where the edge's type is in `STICKY_EDGE_TYPES`.
+    A row is also the edge's row in `ContextGraph.edge_columns`. Read only: the graph
+    writes these as edges come and go.
     """
 
-    edges: list[MemoryEdge]
-    src: PositionArray
-    dst: PositionArray
-    sticky: BoolArray
-    rows: PositionArray
+    edges: list[MemoryEdge | None]
+    alive: bytearray
+    src: array[int]
+    dst: array[int]
+    sticky: array[int]
 
 
 _Adjacency = dict[str, dict[str, dict[EdgeType, MemoryEdge]]]
@@ -119,18 +121,18 @@ class ContextGraph:
         self._adjacent: dict[str, Adjacent] = {}
         self.node_columns = NodeColumns()     # by node position
         self.edge_columns = EdgeColumns()     # by edge row
-        # `edge_table`'s rows, kept as edges come and go: a removed edge leaves None
-        # until the holes outnumber the edges (`remove_edge` compacts them then).
         self._position: dict[str, int] = {}       # node id -> its index in `nodes`
         self._by_position: list[MemoryNode | None] = []  # and back
+        # `edge_rows`, kept as edges come and go: a removed edge leaves None (alive 0)
+        # until the holes outnumber the edges (`remove_edges` compacts them then). A
+        # stored edge's row is its `_row` (engine/records.py), so no key -> row dict.
+        # Buffers (arrays, a bytearray) that the compiled decay tick reads as they are.
         self._rows: list[MemoryEdge | None] = []
-        self._row_of: dict[tuple[str, str, EdgeType], int] = {}
-        # Arrays, so that `edge_table` copies them into NumPy in one go.
+        self._alive = bytearray()
         self._row_src = array("q")
         self._row_dst = array("q")
         self._row_sticky = array("b")
         self._removed_rows = 0
-        self._table: EdgeTable | None = None
 
     # ---- nodes ---------------------------------------------------------------------
     def _ensure(self, node_id: str) -> None:
@@ -233,34 +235,61 @@ class ContextGraph:
         self._ensure(edge.dst)
         self._succ[edge.src].setdefault(edge.dst, {})[edge.type] = edge
         self._pred[edge.dst].setdefault(edge.src, {})[edge.type] = edge
-        self._row_of[(edge.src, edge.dst, edge.type)] = len(self._rows)
-        edge.bind(self.edge_columns)
+        edge.bind(self.edge_columns)        # its row: the next one, len(self._rows)
         self._rows.append(edge)
+        self._alive.append(1)
         self._row_src.append(self._position[edge.src])
         self._row_dst.append(self._position[edge.dst])
         self._row_sticky.append(edge.type in STICKY_EDGE_TYPES)
-        self._table = None
         self._forget_adjacent(edge)
         self.version += 1
         return edge
 
     def remove_edge(self, edge: MemoryEdge) -> None:
         """Remove one key; an emptied (src, dst) pair loses its adjacency position."""
-        by_type = self._succ.get(edge.src, {}).get(edge.dst)
-        if not by_type or edge.type not in by_type:
-            return
-        by_type.pop(edge.type).unbind()
-        del self._pred[edge.dst][edge.src][edge.type]
-        if not by_type:
-            del self._succ[edge.src][edge.dst]
-            del self._pred[edge.dst][edge.src]
-        self._rows[self._row_of.pop((edge.src, edge.dst, edge.type))] = None
-        self._removed_rows += 1
-        self._table = None
-        self._forget_adjacent(edge)
-        if self._removed_rows > max(1024, len(self._row_of)):
-            self._compact_rows()
-        self.version += 1
+        self.remove_edges((edge,))
+
+    def remove_edges(self, edges: Iterable[MemoryEdge]) -> int:
+        """`remove_edge` for each edge in turn (keys not stored are skipped); returns how
+        many were removed.
+
+        The graph ends exactly as after those calls (dicts, rows, compaction points,
+        `version`): each removal is the same steps in the same order; the lookups are
+        hoisted, `version` is bumped once by the count, and the edges let go share one
+        `LooseEdges` (each still reads and writes its own values only). What is left per
+        edge is a few dict operations on a graph too large for the CPU caches.
+        """
+        succ, pred, adjacent = self._succ, self._pred, self._adjacent
+        rows, alive = self._rows, self._alive
+        loose = LooseEdges()
+        removed = 0
+        try:
+            for edge in edges:
+                src, dst, kind = edge.src, edge.dst, edge.type
+                targets = succ.get(src)
+                by_type = None if targets is None else targets.get(dst)
+                if targets is None or not by_type or kind not in by_type:
+                    continue
+                stored = by_type.pop(kind)
+                row = stored._row       # before it is let go: the row it holds here
+                loose.take(stored)      # `stored.unbind()`
+                sources = pred[dst]
+                del sources[src][kind]
+                if not by_type:
+                    del targets[dst]
+                    del sources[src]
+                rows[row] = None
+                alive[row] = 0
+                removed += 1
+                self._removed_rows += 1
+                adjacent.pop(src, None)  # `_forget_adjacent`
+                adjacent.pop(dst, None)
+                if self._removed_rows > max(1024, len(rows) - self._removed_rows):
+                    self._compact_rows()
+                    rows, alive = self._rows, self._alive
+        finally:
+            self.version += removed   # one bump per removal, as `remove_edge` did
+        return removed
 
     def _forget_adjacent(self, edge: MemoryEdge) -> None:
         """An edge came or went: only its two ends' `adjacent` entries change."""
@@ -273,40 +302,26 @@ class ContextGraph:
             for by_type in targets.values():
                 yield from by_type.values()
 
-    def edge_table(self) -> EdgeTable:
-        """Every edge with the positions of its ends, cached until an edge is added or removed.
-
-        The order is the order the keys were added, so use it only where order does not
-        matter; `edges()` gives storage order.
-        """
-        if self._table is None:
-            # Holes are skipped, not compacted: decay prunes a few edges a tick, and
-            # compacting every row each time would cost more than the tick.
-            alive = np.fromiter(map(operator.is_not, self._rows, itertools.repeat(None)),
-                                dtype=bool, count=len(self._rows))   # C-level loops only
-            rows = np.flatnonzero(alive)
-            self._table = EdgeTable(
-                edges=cast(list[MemoryEdge], list(itertools.compress(self._rows, alive.tolist()))),
-                src=np.array(self._row_src, dtype=np.intp)[rows],
-                dst=np.array(self._row_dst, dtype=np.intp)[rows],
-                sticky=np.array(self._row_sticky, dtype=np.int8)[rows].astype(bool),
-                rows=rows)
-        return self._table
+    def edge_rows(self) -> EdgeRows:
+        """Every edge row with the positions of its ends: the graph's own buffers, no copies
+        (`EdgeRows`). The order is the order the keys were added, so use it only where
+        order does not matter; `edges()` gives storage order."""
+        return EdgeRows(self._rows, self._alive, self._row_src, self._row_dst,
+                        self._row_sticky)
 
     def _compact_rows(self) -> None:
         """Drop the rows of removed edges, keeping the others in order."""
         if not self._removed_rows:
             return
-        kept = [i for i, edge in enumerate(self._rows) if edge is not None]
-        renumber = dict(zip(kept, range(len(kept)), strict=True))
-        self._row_of = {key: renumber[row] for key, row in self._row_of.items()}
-        self._rows = [self._rows[i] for i in kept]
-        self.edge_columns.keep(kept)
+        alive = self._alive
+        self._rows = list(itertools.compress(self._rows, alive))
+        self.edge_columns.keep(alive)
         for row, edge in enumerate(self._rows):
             cast(MemoryEdge, edge).move_to(row)
-        self._row_src = array("q", [self._row_src[i] for i in kept])
-        self._row_dst = array("q", [self._row_dst[i] for i in kept])
-        self._row_sticky = array("b", [self._row_sticky[i] for i in kept])
+        self._row_src = array("q", itertools.compress(self._row_src, alive))
+        self._row_dst = array("q", itertools.compress(self._row_dst, alive))
+        self._row_sticky = array("b", itertools.compress(self._row_sticky, alive))
+        self._alive = bytearray(b"\x01") * len(self._rows)
         self._removed_rows = 0
 
     def incident(self, node_id: str) -> Iterator[MemoryEdge]:

@@ -10,12 +10,14 @@ one-row columns of its own; `ContextGraph` binds it to the graph's columns when 
 added and gives it its own again when it is replaced or removed.
 
 Floats sit in `array('d')` columns and times beside their µs since 1970 in `array('q')`
-ones, so the tick copies them into NumPy and back whole. A flag, `exotic`, is set for good
-the first time something arrives that the arrays cannot hold as it is (a weight, relevance
-or floor that is not a float, which turns those columns into lists of the very objects
-assigned; a time that is not a naive `datetime`; an archived flag that is not a bool; a
-node id changed after the node was added): the tick then reads the objects one by one, as
-the library does (engine/decay.py), and every read returns exactly what was written.
+ones, and archived flags beside their bools in a `bytearray`, so the tick's compiled loop
+reads them as they are (buffers) and writes copies it puts in place whole. A flag,
+`exotic`, is set for good the first time something arrives that the arrays cannot hold as
+it is (a weight, relevance or floor that is not a float, which turns those columns into
+lists of the very objects assigned; a time that is not a naive `datetime`; an archived
+flag that is not a bool; a node id changed after the node was added): the tick then reads
+the objects one by one, as the library does (engine/decay.py), and every read returns
+exactly what was written.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import MutableSequence
 from datetime import datetime
+from itertools import compress
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
@@ -55,15 +58,21 @@ class NodeColumns:
     that is not a float arrives: then they turn into lists and `exotic` is set. A bare
     position (an edge endpoint without a node) holds placeholders, archived True, so that
     the tick, which skips archived nodes, skips it.
+
+    `archived` holds the objects as assigned (what `MemoryNode.archived` returns) and
+    `archived_flags` the same as bytes (1: `is True`) for the tick, which takes the
+    `bytearray` as it is; one is never written without the other. (A flag that is not a
+    bool sets `exotic`, and then the tick reads the objects, never the bytes.)
     """
 
-    __slots__ = ("accessed", "anchor_us", "archived", "exotic", "floor", "relevance",
-                 "updated_at")
+    __slots__ = ("accessed", "anchor_us", "archived", "archived_flags", "exotic", "floor",
+                 "relevance", "updated_at")
 
     def __init__(self) -> None:
         self.relevance: MutableSequence[Any] = array("d")
         self.floor: MutableSequence[Any] = array("d")
         self.archived: list[Any] = []
+        self.archived_flags = bytearray()
         self.updated_at: list[Any] = []
         self.accessed: list[Any] = []
         self.anchor_us = array("q")   # of `last_accessed_at or updated_at`; 0 if exotic
@@ -78,6 +87,7 @@ class NodeColumns:
         self.relevance.append(relevance)
         self.floor.append(floor)
         self.archived.append(archived)
+        self.archived_flags.append(archived is True)
         self.updated_at.append(updated_at)
         self.accessed.append(accessed)
         us = epoch_us(accessed or updated_at)
@@ -92,6 +102,7 @@ class NodeColumns:
         self.relevance.append(0.0)
         self.floor.append(0.0)
         self.archived.append(True)
+        self.archived_flags.append(1)
         self.updated_at.append(_EPOCH)
         self.accessed.append(None)
         self.anchor_us.append(0)
@@ -115,6 +126,7 @@ class NodeColumns:
         if type(value) is not bool:
             self.exotic = True
         self.archived[row] = value
+        self.archived_flags[row] = value is True   # never bool(value): it could raise
 
     def refresh_anchor(self, row: int) -> None:
         us = epoch_us(self.accessed[row] or self.updated_at[row])
@@ -132,6 +144,7 @@ class _LooseNode(NodeColumns):
         self.relevance = [relevance]
         self.floor = [floor]
         self.archived = [archived]
+        self.archived_flags = bytearray(1)
         self.updated_at = [updated_at]
         self.accessed = [accessed]
         self.anchor_us = array("q", [0])
@@ -173,12 +186,13 @@ class EdgeColumns:
             us = 0
         self.updated_us[row] = us
 
-    def keep(self, rows: list[int]) -> None:
-        """Keep only `rows`, in that order (compaction after removals)."""
-        weight = [self.weight[i] for i in rows]
+    def keep(self, alive: bytes | bytearray) -> None:
+        """Keep the rows whose byte in `alive` is not 0, in order (compaction after
+        removals); `itertools.compress` walks the columns in C."""
+        weight = list(compress(self.weight, alive))
         self.weight = weight if self.exotic else array("d", weight)
-        self.updated_at = [self.updated_at[i] for i in rows]
-        self.updated_us = array("q", [self.updated_us[i] for i in rows])
+        self.updated_at = list(compress(self.updated_at, alive))
+        self.updated_us = array("q", compress(self.updated_us, alive))
 
 
 class _LooseEdge(EdgeColumns):
@@ -189,6 +203,28 @@ class _LooseEdge(EdgeColumns):
         self.updated_at = [updated_at]
         self.updated_us = array("q", [0])
         self.exotic = False
+
+
+class LooseEdges(_LooseEdge):
+    """The rows of edges a graph lets go together (`ContextGraph.remove_edges`): one
+    set of lists with a row each, where each edge reads and writes only its own row, just
+    as in one-row columns of its own (`MemoryEdge.unbind`), but with one object instead
+    of one per edge (unbinding one at a time was half of what a removal cost)."""
+
+    def __init__(self) -> None:
+        self.weight = []
+        self.updated_at = []
+        self.updated_us = array("q")
+        self.exotic = False
+
+    def take(self, edge: MemoryEdge) -> None:
+        """`edge.unbind()`, into a new row of these columns."""
+        cols, row = edge._cols, edge._row
+        self.weight.append(cols.weight[row])
+        self.updated_at.append(cols.updated_at[row])
+        self.updated_us.append(0)
+        edge._cols = self
+        edge._row = len(self.updated_at) - 1
 
 
 class _Record:

@@ -1,8 +1,10 @@
 """Ingest benchmark: a generated log of 1M events, validated and written to a DuckDB store.
 
-`python -m msprlab.experiments.bench_ingest [--events N] [--keep PATH]` prints the time of
-each stage and the peak resident memory of the process (generation included). The target
-(issue 4) is under 60 s and under 2 GB for 1M events on this kind of machine.
+`python -m msprlab.experiments.bench_ingest [--events N] [--memories N] [--keep PATH]`
+prints the time of each stage and the peak resident memory of the process (generation
+included). The target (issue 4) is under 60 s and under 2 GB for 1M events on this kind of
+machine. The events include one memory_added per memory plus their updates and deletions
+(about 1.35 per memory), so `--events` must be at least that: fewer memories make room.
 
 `generate` builds the dataset with NumPy and Polars only (no Python loop over rows) and
 fills every column of every table, nulls included, so it doubles as a round-trip fixture.
@@ -131,6 +133,12 @@ def _log_events(rng: np.random.Generator, n: int, queries: pl.DataFrame, n_memor
 def _events(rng: np.random.Generator, memories: pl.DataFrame, queries: pl.DataFrame,
             n_events: int, shown: int) -> pl.DataFrame:
     memory = _memory_events(memories)
+    if n_events < memory.height:
+        # The log fills what the memories' own events leave of n_events: nothing is left.
+        raise ValueError(
+            f"{n_events:,} events cannot hold the {memory.height:,} events of "
+            f"{memories.height:,} memories (one memory_added each, plus their updates and "
+            f"deletions): ask for at least {memory.height:,} events, or fewer memories")
     log = _log_events(rng, n_events - memory.height, queries, memories.height, shown)
     events = (pl.concat([memory, log], how="diagonal_relaxed")
               .sort("ts", maintain_order=True)
@@ -193,6 +201,7 @@ def generate(*, n_memories: int = 20_000, n_queries: int = 50_000, n_events: int
 
     Events: one memory_added per memory, updates and deletions at the memories' times,
     and searches (shown lists of `shown` ids), feedback and access filling up `n_events`.
+    Raises ValueError when `n_events` is fewer than the memories' own events.
     """
     params = (f"bench/1 n_memories={n_memories} n_queries={n_queries} n_events={n_events} "
               f"shown={shown} dim={dim} qrels_per_query={qrels_per_query} seed={seed}")
@@ -378,13 +387,20 @@ def bench_locomo(n_searches: int, n_ticks: int = 30) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--memories", type=int, default=20_000, metavar="N",
+                        help="memories (each brings ~1.35 of the events; default 20,000)")
     parser.add_argument("--keep", type=Path, default=None, metavar="PATH",
                         help="write the store here instead of a temp folder")
     parser.add_argument("--locomo-searches", type=int, default=500, metavar="N",
                         help="searches in the LoCoMo before/after run (0 skips it)")
     args = parser.parse_args(argv)
+    if args.events < 0 or args.memories < 1:
+        parser.error("--events must be >= 0 and --memories >= 1")
     started = time.perf_counter()
-    ds = generate(n_events=args.events)
+    try:
+        ds = generate(n_memories=args.memories, n_events=args.events)
+    except ValueError as exc:       # too few events for the memories
+        parser.error(str(exc))
     generated = time.perf_counter()
     stages: dict[str, float] = {}
 

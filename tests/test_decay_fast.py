@@ -8,7 +8,8 @@ every node must match, floats by their bits, and the compiled tick (engine/decay
 `_tick_rows`) must have done it, never the loop it falls back to; one tick prunes enough
 edges to compact the rows midway. Inputs the arrays leave to the loop (int
 weights, aware times, a node stored under another id, spans beyond 2^53 µs) must match
-too, exceptions included. `ContextGraph.edge_table` is checked against `edges()`.
+too, exceptions included. `ContextGraph.edge_rows` is checked against `edges()`, and
+`remove_edges` against a `remove_edge` per edge.
 """
 
 from __future__ import annotations
@@ -219,11 +220,11 @@ def test_a_tick_that_prunes_past_the_compaction_point(monkeypatch: pytest.Monkey
         graph.add_node(MemoryNode(id=memory_id, hash="", created_at=then, updated_at=then))
     for _ in range(4000):
         add_random_edge(rng, graph, ids, T, [])
-    before = len(graph.edge_table().edges)
+    before = sum(1 for _ in graph.edges())
     cfg = DecayConfig(half_life_days=0.05, min_edge_weight=0.3, min_node_relevance=0.2)
     now = T + timedelta(hours=3)
     tick_both(graph, cfg, now)
-    pruned = before - len(graph.edge_table().edges)
+    pruned = before - sum(1 for _ in graph.edges())
     assert pruned > 1024 and graph._removed_rows < pruned           # compacted
     for _ in range(3):
         now += timedelta(hours=1)
@@ -297,24 +298,55 @@ def test_times_centuries_apart() -> None:
     tick_both(graph, DecayConfig(min_node_relevance=1e-300), T + timedelta(hours=2))
 
 
-# --- ContextGraph.edge_table -------------------------------------------------------
+# --- ContextGraph.edge_rows and remove_edges ---------------------------------------
+def check_rows(graph: ContextGraph, added: list[MemoryEdge]) -> None:
+    """The rows hold every stored edge once, in the order the keys were added (`added`,
+    each key's last addition), at its own row, with its ends' positions; holes say so."""
+    rows = graph.edge_rows()
+    stored = [e for e in rows.edges if e is not None]
+    assert sorted(map(id, stored)) == sorted(map(id, graph.edges()))
+    last = {(e.src, e.dst, e.type): i for i, e in enumerate(added)}
+    assert stored == sorted(stored, key=lambda e: last[(e.src, e.dst, e.type)])
+    assert list(rows.alive) == [e is not None for e in rows.edges]
+    assert rows.alive.count(0) == graph._removed_rows
+    assert len(rows.src) == len(rows.dst) == len(rows.sticky) == len(rows.edges)
+    assert len(graph.edge_columns.updated_at) == len(rows.edges)
+    position = {key: i for i, key in enumerate(graph.nodes)}
+    for row, e in enumerate(rows.edges):
+        if e is None:
+            continue
+        assert e._row == row and e._cols is graph.edge_columns
+        assert (rows.src[row], rows.dst[row]) == (position[e.src], position[e.dst])
+        assert rows.sticky[row] == (e.type in STICKY_EDGE_TYPES)
+
+
+class Recorder(ContextGraph):
+    """A graph that notes every key it is asked to add, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added: list[MemoryEdge] = []
+
+    def upsert_edge(self, edge: MemoryEdge) -> MemoryEdge:
+        stored = super().upsert_edge(edge)
+        if stored is edge:                  # a new key, not an overwrite
+            self.added.append(edge)
+        return stored
+
+
 @pytest.mark.parametrize("seed", range(10))
-def test_edge_table_lists_every_edge_once_with_its_end_positions(seed: int) -> None:
+def test_edge_rows_list_every_edge_once_with_its_end_positions(seed: int) -> None:
     rng = random.Random(seed)
-    graph, ids = random_graph(rng, T)
-    for _ in range(60):
+    graph = Recorder()
+    ids = [f"m{i}" for i in range(rng.choice([3, 30]))]    # few: keys come back often
+    for _ in range(400):
         random_change(rng, graph, ids, T)
         if rng.random() < 0.3:
-            table = graph.edge_table()
-            assert sorted(map(id, table.edges)) == sorted(map(id, graph.edges()))
-            position = {key: i for i, key in enumerate(graph.nodes)}
-            assert table.src.tolist() == [position[e.src] for e in table.edges]
-            assert table.dst.tolist() == [position[e.dst] for e in table.edges]
-            assert table.sticky.tolist() == [e.type in STICKY_EDGE_TYPES for e in table.edges]
-            assert graph.edge_table() is table          # cached until an edge comes or goes
+            check_rows(graph, graph.added)
+            assert graph.edge_rows().alive is graph._alive      # the graph's own, no copy
 
 
-def test_edge_table_after_many_removals() -> None:
+def test_edge_rows_after_many_removals() -> None:
     """Removed rows are compacted away, on their own once they outnumber the live ones."""
     graph = ContextGraph()
     made = [graph.upsert_edge(MemoryEdge(src=f"a{i % 50}", dst=f"b{i}", type=EdgeType.REPLY_TO,
@@ -322,12 +354,64 @@ def test_edge_table_after_many_removals() -> None:
             for i in range(3000)]
     for edge in made[:2900]:
         graph.remove_edge(edge)
-    assert len(graph._rows) < 3000                      # compacted without a table call
-    table = graph.edge_table()
-    assert [e.dst for e in table.edges] == [e.dst for e in made[2900:]]
-    assert table.src.tolist() == [list(graph.nodes).index(e.src) for e in table.edges]
+    assert len(graph._rows) < 3000                      # compacted
+    check_rows(graph, made)
+    assert [e.dst for e in graph.edge_rows().edges if e] == [e.dst for e in made[2900:]]
     graph.upsert_edge(made[0])                          # a removed key comes back last
-    assert graph.edge_table().edges[-1] is made[0]
+    assert graph.edge_rows().edges[-1] is made[0]
+    check_rows(graph, made[1:] + made[:1])
+
+
+def internals(graph: ContextGraph) -> list[Any]:
+    """`state` and the row layout: holes, positions, columns (floats by their bits)."""
+    rows = graph.edge_rows()
+    cols = graph.edge_columns
+    return [state(graph), [None if e is None else (e.src, e.dst, e.type.value, e._row)
+                           for e in rows.edges],
+            bytes(rows.alive), rows.src.tobytes(), rows.dst.tobytes(), rows.sticky.tobytes(),
+            [bits(w) for w in cols.weight], cols.updated_at, cols.updated_us.tobytes(),
+            graph._removed_rows, sorted(graph._adjacent),
+            [(n, [(other, [(kind.value, bits(e.weight)) for kind, e in by_type.items()])
+                  for other, by_type in adjacency[n].items()])
+             for adjacency in (graph._succ, graph._pred) for n in graph.nodes]]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_remove_edges_is_a_remove_edge_per_edge(seed: int) -> None:
+    """Same graph down to the row layout and the compaction point, whatever the batch:
+    duplicates, keys not stored, stand-in objects with a stored key, past 1024 holes."""
+    rng = random.Random(seed)
+    graph = ContextGraph()
+    ids = [f"m{i}" for i in range(rng.choice([5, 40, 200]))]
+    for _ in range(rng.choice([50, 800, 3000])):
+        add_random_edge(rng, graph, ids, T, [])
+    for _ in range(4):
+        for n in rng.sample(ids, min(len(ids), 10)):
+            graph.adjacent(n)
+        edges = list(graph.edges())
+        batch = rng.sample(edges, rng.randrange(0, len(edges) + 1))
+        batch += rng.sample(batch, min(len(batch), 5))              # twice: once removed
+        if batch:
+            e = batch[0]
+            batch.append(MemoryEdge(src=e.src, dst=e.dst, type=e.type, weight=0.0,
+                                    created_at=T, updated_at=T))    # a stand-in
+        batch.append(MemoryEdge(src="nobody", dst=ids[0], type=EdgeType.CAUSAL,
+                                weight=0.0, created_at=T, updated_at=T))
+        rng.shuffle(batch)
+        one_by_one = copy.deepcopy(graph)
+        twin = {id(a): b for a, b in zip(graph.edges(), one_by_one.edges(), strict=True)}
+        for e in batch:
+            one_by_one.remove_edge(twin.get(id(e), e))
+        removed = graph.remove_edges(batch)
+        assert removed == len({(e.src, e.dst, e.type) for e in batch} & {
+            (e.src, e.dst, e.type) for e in edges})
+        assert internals(graph) == internals(one_by_one)
+        for e in batch:                                 # let go, their values kept
+            assert e._cols is not graph.edge_columns
+            e2 = twin.get(id(e), e)
+            assert (bits(e.weight), e.updated_at) == (bits(e2.weight), e2.updated_at)
+        for _ in range(rng.randrange(0, 400)):
+            add_random_edge(rng, graph, ids, T, [])
 
 
 def _exp_each(x: Any, out: Any) -> None:

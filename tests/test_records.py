@@ -67,12 +67,31 @@ def test_removed_and_compacted_edges_keep_their_own_values() -> None:
     assert len(graph.edge_columns.updated_at) < 3000
     assert [e.weight for e in made] == [i / 4000 for i in range(3000)]
     made[2500].weight = 0.99
-    table = graph.edge_table()
-    at = [id(e) for e in table.edges].index(id(made[2500]))
-    assert graph.edge_columns.weight[table.rows[at]] == 0.99
-    assert len(table.edges) == 1000 and len(graph.edge_columns.updated_at) > 1000  # holes
+    rows = graph.edge_rows()
+    assert rows.edges[made[2500]._row] is made[2500]
+    assert graph.edge_columns.weight[made[2500]._row] == 0.99
+    assert rows.alive.count(1) == 1000 and len(graph.edge_columns.updated_at) > 1000  # holes
     made[0].weight = 0.123                      # removed: its own row, not the graph's
     assert 0.123 not in [e.weight for e in graph.edges()]
+
+
+def test_edges_removed_together_each_keep_their_own_values() -> None:
+    """`remove_edges` lets its edges go into one set of loose columns, a row each."""
+    graph = ContextGraph()
+    made = [graph.upsert_edge(edge("a", f"b{i}", weight=i / 10)) for i in range(5)]
+    made[1].updated_at = T + timedelta(hours=1)
+    assert graph.remove_edges([made[3], made[1], made[3], edge("x", "y")]) == 2
+    assert [e.weight for e in made] == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert made[1].updated_at == T + timedelta(hours=1) and made[3].updated_at == T
+    made[3].weight = 0.9                        # its own row only
+    made[1].weight = 2                          # an int stays an int, the other row a float
+    assert (made[3].weight, made[1].weight, type(made[1].weight)) == (0.9, 2, int)
+    assert not graph.edge_columns.exotic
+    graph.upsert_edge(made[3])                  # back in the graph with its values
+    assert next(e for e in graph.edges() if e.dst == "b3").weight == 0.9
+    made[3].weight = 0.7
+    assert graph.edge_columns.weight[made[3]._row] == 0.7 and made[1].weight == 2
+    assert sorted(e.dst for e in graph.edges()) == ["b0", "b2", "b3", "b4"]
 
 
 def test_a_deep_copied_graph_is_independent() -> None:
