@@ -16,6 +16,7 @@ the logging configuration would not reproduce the logged rankings. Both use this
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from dataclasses import dataclass
@@ -233,6 +234,10 @@ def _payload(row: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+# An operation's phase: at equal times additions come first, then edges, then deletions.
+_ADD, _LINK, _DELETE = 0, 1, 2
+
+
 class Timeline:
     """Memory additions, edges and deletions, applied to the state in time order."""
 
@@ -249,6 +254,8 @@ class Timeline:
         src = [row_of.get(m) for m in self.edges["src"]]
         dst = [row_of.get(m) for m in self.edges["dst"]]
         _check_edges(self.edges, src, dst)
+        # Every type is known now: each edge takes its member from here, not `EdgeType(...)`.
+        self._edge_types = {kind: EdgeType(kind) for kind in set(self.edges["type"])}
         # An edge enters at its own time, or when its later end is added if that is later.
         ends = np.maximum(created[np.array(src, dtype=np.int64)],
                           created[np.array(dst, dtype=np.int64)])
@@ -257,38 +264,49 @@ class Timeline:
         gone = np.flatnonzero(memories["deleted_at"].is_not_null().to_numpy())
         # (time, phase, index) in order: additions, then edges, then deletions at equal times.
         at = np.concatenate([created, edge_at, deleted[gone]])
-        phase = np.repeat([0, 1, 2], [created.size, edge_at.size, gone.size])
+        phase = np.repeat([_ADD, _LINK, _DELETE], [created.size, edge_at.size, gone.size])
         index = np.concatenate([np.arange(created.size), np.arange(edge_at.size), gone])
         order = np.lexsort((index, phase, at))
-        self.ops: list[tuple[int, int, int]] = list(zip(
-            at[order].tolist(), phase[order].tolist(), index[order].tolist(), strict=True))
-        self.next = 0
+        # The operations as arrays (for `pending_changes`) and as lists (`advance` reads them
+        # one at a time, and a list hands out Python ints without a conversion each).
+        self._op_arrays = (at[order], phase[order], index[order])
+        self._times: list[int] = self._op_arrays[0].tolist()
+        self._phases: list[int] = self._op_arrays[1].tolist()
+        self._indexes: list[int] = self._op_arrays[2].tolist()
+        self.next = 0  # the first operation not applied yet
+        self._moment_us: int | None = None  # the last time `_datetime` made, and its datetime
+        self._moment = _EPOCH
         # per owner scope: its seedable rows (in row order) and their vectors, as of the
         # last search in that scope
         self._live: dict[Owner, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]] = {}
 
+    @property
+    def ops(self) -> list[tuple[int, int, int]]:
+        """Every operation in order: (time in µs, phase: 0 add, 1 edge, 2 delete, row of the
+        memory or edge)."""
+        return list(zip(self._times, self._phases, self._indexes, strict=True))
+
     def advance(self, until_us: int) -> None:
         """Apply every pending operation at or before `until_us`."""
-        ops = self.ops
-        graph = self.state.graph
-        while self.next < len(ops) and ops[self.next][0] <= until_us:
-            at, phase, index = ops[self.next]
-            self.next += 1
-            if phase == 0:
+        end = bisect.bisect_right(self._times, until_us, self.next)
+        while self.next < end:
+            position = self.next
+            self.next += 1  # counted first: an operation that raises is not applied again
+            index = self._indexes[position]
+            phase = self._phases[position]
+            if phase == _ADD:
                 self._add(index)
-            elif phase == 1:
-                edge = self.edges
-                moment = to_datetime(at)
-                graph.upsert_edge(MemoryEdge(
-                    src=edge["src"][index], dst=edge["dst"][index],
-                    type=EdgeType(edge["type"][index]),
-                    weight=max(0.0, min(1.0, float(edge["weight"][index]))), created_at=moment,
-                    updated_at=moment, evidence=edge["evidence"][index]))
+            elif phase == _LINK:
+                self._link(index, self._times[position])
             else:
-                memory_id = self.corpus.memory_ids[index]
-                archive(graph, memory_id)
-                self.state.payloads.pop(memory_id, None)
-                self.seedable[index] = False
+                self._delete(index)
+
+    def pending_changes(self) -> tuple[list[int], list[int], list[int]]:
+        """The additions and deletions not applied yet, in order: their times, phases and
+        memory rows (edges change no memory's seedability, so they are left out)."""
+        at, phase, index = self._op_arrays
+        keep = self.next + np.flatnonzero(phase[self.next:] != _LINK)
+        return at[keep].tolist(), phase[keep].tolist(), index[keep].tolist()
 
     def live_scope(self, query: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         """The rows of the query owner's memories that are seedable now, in row order, and
@@ -316,6 +334,27 @@ class Timeline:
         if self.corpus.vectors is not None and self.corpus.has_vector[index]:
             self.state.graph.set_embedding(memory_id, self.corpus.vectors[index].copy())
             self.seedable[index] = True
+
+    def _link(self, index: int, at: int) -> None:
+        edge = self.edges
+        moment = self._datetime(at)
+        self.state.graph.upsert_edge(MemoryEdge(
+            src=edge["src"][index], dst=edge["dst"][index],
+            type=self._edge_types[edge["type"][index]],
+            weight=max(0.0, min(1.0, float(edge["weight"][index]))), created_at=moment,
+            updated_at=moment, evidence=edge["evidence"][index]))
+
+    def _delete(self, index: int) -> None:
+        memory_id = self.corpus.memory_ids[index]
+        archive(self.state.graph, memory_id)
+        self.state.payloads.pop(memory_id, None)
+        self.seedable[index] = False
+
+    def _datetime(self, at: int) -> datetime:
+        """`to_datetime(at)`, made once per time: edges enter in bursts at one time."""
+        if at != self._moment_us:
+            self._moment_us, self._moment = at, to_datetime(at)
+        return self._moment
 
 
 def _check_edges(edges: dict[str, list[Any]], src: list[int | None],
@@ -357,22 +396,28 @@ class SeedPlan:
     def __init__(self, corpus: Corpus, timeline: Timeline, searches: list[tuple[int, int]],
                  vectors: npt.NDArray[np.float64]) -> None:
         assert corpus.vectors is not None
-        self.ids = corpus.memory_ids
-        groups = _search_groups(corpus, timeline, searches)
-        self.top: list[tuple[list[int], list[float]]] = [([], [])] * len(searches)
-        for live, members in groups.values():
+        ids = np.array(corpus.memory_ids, dtype=object)
+        # per search: the seeds' memory ids and scores
+        self.top: list[tuple[list[str], list[float]]] = [([], [])] * len(searches)
+        for live, members in _search_groups(corpus, timeline, searches).values():
             if live.size == 0:
                 continue
             matrix = corpus.vectors[live]
-            for k in members:
+            # Each search's product alone (one matrix-vector product: a batched product
+            # may sum in another order); the group's tops are gathered and listed together.
+            tops = np.empty((len(members), min(DEFAULT_SEEDS, live.size)), dtype=np.intp)
+            top_scores = np.empty(tops.shape)
+            for i, k in enumerate(members):
                 scores = matrix @ vectors[searches[k][1]]
                 top = stable_top(-scores, DEFAULT_SEEDS)
-                self.top[k] = (live[top].tolist(), scores[top].tolist())
+                tops[i], top_scores[i] = top, scores[top]
+            for k, seed_ids, seed_scores in zip(members, ids[live[tops]].tolist(),
+                                                top_scores.tolist(), strict=True):
+                self.top[k] = (seed_ids, seed_scores)
 
     def seeds(self, k: int) -> list[Seed]:
-        rows, scores = self.top[k]
-        ids = self.ids
-        return [Seed(ids[row], score) for row, score in zip(rows, scores, strict=True)]
+        ids, scores = self.top[k]
+        return list(map(Seed, ids, scores))
 
 
 def _search_groups(corpus: Corpus, timeline: Timeline, searches: list[tuple[int, int]],
@@ -390,20 +435,20 @@ def _search_groups(corpus: Corpus, timeline: Timeline, searches: list[tuple[int,
         for row in rows.tolist():
             owners_of.setdefault(row, []).append(owner)
     seedable = timeline.seedable.copy()
+    has_vector = corpus.has_vector.tolist()
     epoch: dict[Owner, int] = {}
     groups: dict[tuple[Owner, int], tuple[npt.NDArray[np.int64], list[int]]] = {}
-    ops, done = timeline.ops, timeline.next
+    times, phases, changed = timeline.pending_changes()
+    done = 0
     for k, (at, query) in enumerate(searches):
-        while done < len(ops) and ops[done][0] <= at:
-            _, phase, row = ops[done]
-            done += 1
-            if phase == 1:
-                continue
-            now = phase == 0 and bool(corpus.has_vector[row] or seedable[row])
+        end = bisect.bisect_right(times, at, done)
+        for phase, row in zip(phases[done:end], changed[done:end], strict=True):
+            now = phase == _ADD and (has_vector[row] or bool(seedable[row]))
             if now != seedable[row]:
                 seedable[row] = now
                 for owner in owners_of.get(row, ()):
                     epoch[owner] = epoch.get(owner, 0) + 1
+        done = end
         owner = corpus.owners[query]
         key = (owner, epoch.get(owner, 0))
         group = groups.get(key)

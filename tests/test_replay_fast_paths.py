@@ -1,10 +1,11 @@
 """Replay's fast paths against what they replaced, bit for bit: the lean engine entry
 (`featurize_search`) against `search`, the cached and the planned owner seeds against a
 gather per search, the remembered isolation audit against the policy run per candidate,
-and the timeline's column-wise setup."""
+the column-wise table against one built row by row, and the timeline's column-wise setup."""
 
 from __future__ import annotations
 
+import gc
 import struct
 from dataclasses import replace
 from typing import Any
@@ -23,14 +24,17 @@ from msprlab.datasets.timeline import (
     corpus_of,
     owner_cosine_seeds,
     stable_top,
+    to_datetime,
     vector_matrix,
 )
 from msprlab.engine import SearchError, SearchRequest, Seed, new_state
+from msprlab.engine.batch import FEATURES
 from msprlab.engine.config import FrequencyConfig, MsprConfig
+from msprlab.engine.graph import EdgeType
 from msprlab.engine.roles import RoleContext, apply_role_policy, policy_from_name
 from msprlab.engine.search import featurize_search, search, seed_payload
 from msprlab.engine.state import EngineState
-from msprlab.experiments.replay import AUDIT_POLICY, _Audit, replay
+from msprlab.experiments.replay import AUDIT_POLICY, _Audit, _Collector, replay
 
 from replay_world import StripedPolicy, signals, world
 from spec_fixture import NO_DECAY, fixture, request
@@ -258,6 +262,87 @@ def test_remembered_audit_verdicts_follow_the_payloads_and_the_searcher() -> Non
         payloads.pop("m2", None)
 
 
+# ---- the table ------------------------------------------------------------------------
+
+
+def rows_built(calls: list[dict[str, Any]], events: pl.DataFrame,
+               ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The table as it was built before it went column-wise: a row per search and per
+    candidate, each from the search's event and what the replay handed over."""
+    searches, candidates = [], []
+    for k, call in enumerate(calls):
+        event = events.row(call["event"], named=True)
+        searches.append({"search": k, **{name: event[name] for name in (
+            "event_id", "ts", "query_id", "query", "user_id", "agent_id", "run_id")},
+            "limit": call["limit"], "intent": call["intent"], "intent_label": call["label"],
+            "question_type": call["question_type"], "n_candidates": len(call["candidates"]),
+            "error": call["error"], "logged": call["logged"]})
+        ranks = {m: r for r, m in enumerate(call["logged"] or [])}
+        for i, c in enumerate(call["candidates"]):
+            candidates.append({
+                "search": k, "position": i, "memory_id": c.id, "was_seed": c.was_seed,
+                **{name: getattr(c, name) for name in FEATURES}, "relevance": c.relevance,
+                "role": 1.0 if call["multipliers"] is None else call["multipliers"][i],
+                "visible": True if call["visible"] is None else call["visible"][i],
+                "logged_rank": ranks.get(c.id), "grade": call["grades"].get(c.id)})
+    return (pl.DataFrame(searches, schema=_SEARCHES, orient="row").with_columns(
+                pl.col("ts").cast(pl.Datetime("us"))),
+            pl.DataFrame(candidates, schema=_CANDIDATES, orient="row"))
+
+
+_SEARCHES = {"search": pl.Int64, "event_id": pl.Int64, "ts": pl.Int64, "query_id": pl.String,
+             "query": pl.String, "user_id": pl.String, "agent_id": pl.String,
+             "run_id": pl.String, "limit": pl.Int64, "intent": pl.String,
+             "intent_label": pl.String, "question_type": pl.String,
+             "n_candidates": pl.Int64, "error": pl.String, "logged": pl.List(pl.String)}
+_CANDIDATES = {"search": pl.Int64, "position": pl.Int64, "memory_id": pl.String,
+               "was_seed": pl.Boolean, **dict.fromkeys(FEATURES, pl.Float64),
+               "relevance": pl.Float64, "role": pl.Float64, "visible": pl.Boolean,
+               "logged_rank": pl.Int64, "grade": pl.Int64}
+
+
+@pytest.mark.parametrize("name", ["soft roles", "strict isolation"])
+def test_table_columns_are_the_rows_the_replay_handed_over(name: str,
+                                                           monkeypatch: Any) -> None:
+    config, policy = CONFIGS[name]
+    log = with_deletions(1, every=6, part=2)
+    calls: list[dict[str, Any]] = []
+    walked: list[pl.DataFrame] = []
+    search, frames = _Collector.search, _Collector.frames
+
+    def recorded_search(self: _Collector, **call: Any) -> None:
+        calls.append(call)
+        search(self, **call)
+
+    def recorded_frames(self: _Collector, events: pl.DataFrame, with_engine: bool) -> Any:
+        walked.append(events)
+        return frames(self, events, with_engine)
+
+    monkeypatch.setattr(_Collector, "search", recorded_search)
+    monkeypatch.setattr(_Collector, "frames", recorded_frames)
+    table = replay(log, config, policy=policy)
+    want_searches, want_candidates = rows_built(calls, walked[0])
+    assert table.searches.equals(want_searches) and table.candidates.equals(want_candidates)
+    assert table.candidates["logged_rank"].is_not_null().any()
+    assert table.candidates["grade"].is_not_null().any()
+    assert (table.candidates["role"] != 1.0).any() or name != "soft roles"
+
+
+def test_replay_leaves_the_garbage_collector_as_it_found_it() -> None:
+    log, _ = world(1)
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            replay(log, FULL)
+            assert gc.isenabled() is enabled
+            with pytest.raises(ValueError, match="no memory embeddings"):
+                replay(replace(log, embeddings=log.embeddings.clear()), FULL)
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
 # ---- the timeline's setup ---------------------------------------------------------------
 
 
@@ -318,3 +403,23 @@ def test_timeline_payloads_are_built_from_the_columns() -> None:
     assert vectors is not None
     stored = state.graph.embeddings[row["memory_id"]]
     assert stored.vector.tobytes() == vectors[3].tobytes()
+
+
+def test_edges_enter_with_their_time_type_and_clamped_weight() -> None:
+    log, _ = world(2)
+    timeline = Timeline(log, corpus_of(log), new_state(FULL))
+    entered = {index: at for at, phase, index in timeline.ops if phase == 1}
+    moments = sorted(set(entered.values()))
+    for moment in [*moments[::max(1, len(moments) // 20)], moments[-1]]:
+        timeline.advance(moment)  # in steps: each edge gets its own time, not its step's
+    stored = {(e.src, e.dst, e.type): e for e in timeline.state.graph.edges()}
+    keys = log.edges.select("src", "dst", "type")
+    once = ~keys.is_duplicated()  # a repeated key keeps its first created_at
+    assert once.sum() > 0
+    for j, (src, dst, kind, weight) in enumerate(log.edges.select(
+            "src", "dst", "type", "weight").iter_rows()):
+        edge = stored[(src, dst, EdgeType(kind))]
+        assert type(edge.type) is EdgeType and edge.type.value == kind
+        if once[j]:
+            assert edge.created_at == edge.updated_at == to_datetime(entered[j])
+            assert edge.weight == max(0.0, min(1.0, weight))
