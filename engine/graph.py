@@ -272,7 +272,7 @@ class ContextGraph:
                     continue
                 stored = by_type.pop(kind)
                 row = stored._row       # before it is let go: the row it holds here
-                loose.take(stored)      # `stored.unbind()`
+                loose.take(stored)      # it keeps its values, out of the graph
                 sources = pred[dst]
                 del sources[src][kind]
                 if not by_type:

@@ -144,7 +144,7 @@ class _LooseNode(NodeColumns):
         self.relevance = [relevance]
         self.floor = [floor]
         self.archived = [archived]
-        self.archived_flags = bytearray(1)
+        self.archived_flags = bytearray([archived is True])
         self.updated_at = [updated_at]
         self.accessed = [accessed]
         self.anchor_us = array("q", [0])
@@ -206,10 +206,10 @@ class _LooseEdge(EdgeColumns):
 
 
 class LooseEdges(_LooseEdge):
-    """The rows of edges a graph lets go together (`ContextGraph.remove_edges`): one
-    set of lists with a row each, where each edge reads and writes only its own row, just
-    as in one-row columns of its own (`MemoryEdge.unbind`), but with one object instead
-    of one per edge (unbinding one at a time was half of what a removal cost)."""
+    """The rows of edges a graph lets go (`ContextGraph.remove_edges`): one set of lists
+    with a row each, where each edge reads and writes only its own row, as in the one-row
+    columns a new edge starts with (`_LooseEdge`), but one object for all the edges
+    removed together (one object per edge was half of what a removal cost)."""
 
     def __init__(self) -> None:
         self.weight = []
@@ -218,7 +218,7 @@ class LooseEdges(_LooseEdge):
         self.exotic = False
 
     def take(self, edge: MemoryEdge) -> None:
-        """`edge.unbind()`, into a new row of these columns."""
+        """Move the edge's values out of its graph's columns into a new row of these."""
         cols, row = edge._cols, edge._row
         self.weight.append(cols.weight[row])
         self.updated_at.append(cols.updated_at[row])
@@ -428,10 +428,6 @@ class MemoryEdge(_Record):
     def move_to(self, row: int) -> None:
         """Its row after the graph compacted its edge rows."""
         self._row = row
-
-    def unbind(self) -> None:
-        self._cols = _LooseEdge(self.weight, self.updated_at)
-        self._row = 0
 
     def replaced(self, **changes: Any) -> MemoryEdge:
         """A new, unbound edge with these fields changed (`dataclasses.replace`)."""
