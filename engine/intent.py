@@ -171,12 +171,13 @@ class IntentRouter:
         key = query.strip()
         cached = self._cache.get(key)
         if cached is not None:
-            return dataclasses.replace(cached, source="cache")
+            return cached
         result = self._classify_uncached(key)
         if self._cfg.cache_size > 0:
             if len(self._cache) >= self._cfg.cache_size:
                 self._cache.clear()
-            self._cache[key] = result
+            # Stored as repeats return it (frozen, so one object serves every repeat).
+            self._cache[key] = dataclasses.replace(result, source="cache")
         return result
 
     def clear_cache(self) -> None:
