@@ -259,7 +259,7 @@ class ContextGraph:
         `LooseEdges` (each still reads and writes its own values only). What is left per
         edge is a few dict operations on a graph too large for the CPU caches.
         """
-        succ, pred, adjacent = self._succ, self._pred, self._adjacent
+        succ, pred = self._succ, self._pred
         rows, alive = self._rows, self._alive
         loose = LooseEdges()
         removed = 0
@@ -282,8 +282,7 @@ class ContextGraph:
                 alive[row] = 0
                 removed += 1
                 self._removed_rows += 1
-                adjacent.pop(src, None)  # `_forget_adjacent`
-                adjacent.pop(dst, None)
+                self._forget_adjacent(stored)
                 if self._removed_rows > max(1024, len(rows) - self._removed_rows):
                     self._compact_rows()
                     rows, alive = self._rows, self._alive
