@@ -4,21 +4,19 @@ Graphs of 1k, 10k and 50k memories with about five edges each, generated with a 
 When the ContextKit library is installed (msprlab[parity]) it is timed side by side on the
 same graphs and the same requests (through the parity adapter's public entry point), and
 the ratio printed; the library's top results are checked against the engine's ("same").
-The library is slow, so it runs only the first few requests (`--library-searches`, fewer
-for PPR at 50k); the engine runs all of them, each timed, and the ratio compares the two on
-the same requests: the engine's time over the library's requests (the first ones of its
-first pass, when its caches are coldest), not its rate over all of them, whose later
-requests find more texts already tokenized. Each graph is measured in `--rounds` rounds,
-the engine then the library, each round on a freshly built state, with the engine's text
-caches emptied first (no round, and no algorithm after another on the same graph, starts
-with texts already tokenized); the ratio printed is the median of the rounds' ratios, with
-their range: the machine's speed drifts, and the two sides of one round are close in time.
-Only the searches are timed, on both sides:
-building the state, the feedback that seeds it and one warm-up search (it ticks decay) are
-not, and a full garbage collection after the warm-up keeps the collector's debt from
-building the state out of the timing. The library runs at its usual logging level while
-timed (the adapter otherwise listens to its debug log). The engine's "2nd pass" repeats its
-requests once its per-memory caches (token sets, adjacency) hold what they touch.
+Both sides make the same calls: one warm-up search (it ticks decay), then the requests
+(`--searches`; fewer for PPR, the library being slow), then the same requests again.
+The first pass is the engine at its coldest: its per-memory caches (token sets, adjacency)
+start empty, each round on a freshly built state with the text cache emptied first, so it
+tokenizes every text it meets. The second pass is its steady state, those caches holding
+what the requests touch, as in a process that has served searches for a while; the library
+keeps no such caches, so its two passes cost about the same. Each graph is measured in
+`--rounds` rounds, the engine then the library; a ratio printed is the median of the
+rounds' ratios, with their range: the machine's speed drifts, and the two sides of one
+round are close in time. Only the searches are timed, on both sides: building the state
+and the feedback that seeds it are not, and a full garbage collection after the warm-up
+keeps the collector's debt from building the state out of the timing. The library runs
+at its usual logging level while timed (the adapter otherwise listens to its debug log).
 
 Without the library, the library's rates from the engine issue are printed instead,
 labelled "reference, not measured". `--profile bfs` (or `ppr`) times nothing: it prints a
@@ -168,35 +166,26 @@ Ranking = list[tuple[str, float]]
 
 
 @dataclass(frozen=True)
-class EngineTimes:
-    """The engine's searches/s on one fresh state, and what the library is compared with."""
+class Passes:
+    """Searches/s of one side over the requests, twice, and its rankings each time."""
 
-    first: float                # over every request, first pass
-    shared: float               # over the first `keep` requests of that pass (the library's)
-    again: float                # over every request again, caches warm
-    rankings: list[Ranking]     # of those first `keep` requests
+    cold: float
+    warm: float
+    rankings: tuple[list[Ranking], list[Ranking]]
 
 
-def time_engine(state: EngineState, reqs: Sequence[SearchRequest], keep: int) -> EngineTimes:
-    """Time each request of a first pass over `reqs` after one warm-up search, then a
-    second pass (every cache then holds what these requests touch). Build `state` after
+def time_engine(state: EngineState, reqs: Sequence[SearchRequest]) -> Passes:
+    """The warm-up search, then two timed passes over `reqs`. Build `state` after
     `clear_token_cache()` for a first pass that meets every text anew."""
     search(state, reqs[0], now=NOW)  # first search ticks decay and warms caches
     gc.collect()  # settle the collector's debt from building the state, outside the timing
-    rankings: list[Ranking] = []
-    elapsed = []
-    clock = time.perf_counter
-    for req in reqs:
-        start = clock()
-        outcome = search(state, req, now=NOW)
-        elapsed.append(clock() - start)
-        if len(rankings) < keep:
-            rankings.append([(c.id, c.score) for c in outcome.results])
-    start = clock()
-    for req in reqs:
-        search(state, req, now=NOW)
-    again = len(reqs) / (clock() - start)
-    return EngineTimes(len(reqs) / sum(elapsed), keep / sum(elapsed[:keep]), again, rankings)
+    rates, rankings = [], []
+    for _ in range(2):
+        start = time.perf_counter()
+        outcomes = [search(state, req, now=NOW) for req in reqs]
+        rates.append(len(reqs) / (time.perf_counter() - start))
+        rankings.append([[(c.id, c.score) for c in o.results] for o in outcomes])
+    return Passes(rates[0], rates[1], (rankings[0], rankings[1]))
 
 
 def profile_engine(n: int, algorithm: str, searches: int, top: int = 25) -> None:
@@ -204,8 +193,7 @@ def profile_engine(n: int, algorithm: str, searches: int, top: int = 25) -> None
     own time (the profiler slows Python calls unevenly: read it for where, not how fast)."""
     rng = np.random.default_rng(0)
     world = generate(n, rng)
-    count = searches if algorithm == "bfs" else max(20, searches // 5)
-    reqs = requests(world, rng, count)
+    reqs = requests(world, rng, request_count(algorithm, n, searches))
     clear_token_cache()  # as in every timed round
     state = build(world, algorithm)
     search(state, reqs[0], now=NOW)  # the untimed warm-up search, as in time_engine
@@ -291,20 +279,20 @@ def _timed_library_searches() -> Iterator[list[float]]:
         memory_class.search = search_method
 
 
-def time_library(world: World, algorithm: str,
-                 reqs: Sequence[SearchRequest]) -> tuple[float, list[Ranking]]:
-    """Searches/s of the library over `reqs` after the same warm-up search, and rankings.
+def time_library(world: World, algorithm: str, reqs: Sequence[SearchRequest]) -> Passes:
+    """The library making the engine's calls: the same warm-up search, then `reqs` twice.
 
     The world goes through the parity adapter's public entry point as one scenario: the
-    feedback verdicts, the warm-up search, then `reqs`. Only the library's `Memory.search`
-    calls for `reqs` are timed; building the Memory and the adapter's own work are not.
+    feedback verdicts, the warm-up search, then the requests twice. Only the library's
+    `Memory.search` calls for the requests are timed; building the Memory and the adapter's
+    own work are not.
     """
     from msprlab.experiments.contextkit_adapter import run_scenario_with_contextkit
 
     feedback = [{"type": "feedback", "memory_id": memory_id, "helpful": helpful,
                  "user_id": user, "query": "what is w1 w2"}
                 for memory_id, helpful, user in world.feedback]
-    searches = [_search_event(req) for req in [reqs[0], *reqs]]
+    searches = [_search_event(req) for req in [reqs[0], *reqs, *reqs]]
     with _timed_library_searches() as elapsed:
         output = run_scenario_with_contextkit(_scenario(world, algorithm, feedback + searches))
     records = [e for e in output["events"] if e["type"] == "search"][1:]
@@ -314,9 +302,10 @@ def time_library(world: World, algorithm: str,
             raise RuntimeError(f"the library raised on a bench search: {record['error']}")
         rankings.append([(r["id"], r["score"]) for r in record["results"]])
     timed = elapsed[1:]
-    if len(timed) != len(reqs):
-        raise RuntimeError(f"expected {len(reqs)} timed library searches, got {len(timed)}")
-    return len(reqs) / sum(timed), rankings
+    n = len(reqs)
+    if len(timed) != 2 * n:
+        raise RuntimeError(f"expected {2 * n} timed library searches, got {len(timed)}")
+    return Passes(n / sum(timed[:n]), n / sum(timed[n:]), (rankings[:n], rankings[n:]))
 
 
 def agree(ours: list[Ranking], theirs: list[Ranking], tolerance: float) -> bool:
@@ -327,50 +316,54 @@ def agree(ours: list[Ranking], theirs: list[Ranking], tolerance: float) -> bool:
         for a, b in zip(ours, theirs, strict=True))
 
 
-def library_count(algorithm: str, n: int, requested: int) -> int:
+def request_count(algorithm: str, n: int, searches: int) -> int:
+    """Requests per graph: `searches` for BFS; for PPR, where the library takes seconds a
+    search, at most 10 (5 at 50k memories)."""
     if algorithm == "ppr":
-        return max(1, min(requested, 10 if n < 50_000 else 5))
-    return max(1, requested)
+        return max(1, min(searches, 10 if n < 50_000 else 5))
+    return max(1, searches)
 
 
 @dataclass(frozen=True)
 class Round:
-    """One round on one graph: the engine's two passes, then the library (when measured)."""
+    """One round on one graph: the engine's two passes, then the library's (when measured)."""
 
-    engine: EngineTimes
-    library: float | None = None  # searches/s over the engine's `shared` requests
-    same: bool | None = None      # the library's rankings agree with the engine's
+    engine: Passes
+    library: Passes | None = None
+    same: bool | None = None  # the library's rankings agree with the engine's, both passes
 
-    @property
-    def ratio(self) -> float | None:
-        """Engine over library, on the same requests."""
-        return None if self.library is None else self.engine.shared / self.library
+    def ratios(self) -> tuple[float, float] | None:
+        """Engine over library, first pass and second."""
+        if self.library is None:
+            return None
+        return self.engine.cold / self.library.cold, self.engine.warm / self.library.warm
 
 
 def measure_graph(world: World, algorithm: str, reqs: Sequence[SearchRequest], rounds: int,
-                  lib_count: int, with_library: bool) -> list[Round]:
+                  with_library: bool) -> list[Round]:
     """`rounds` rounds on one graph, each: fresh state and empty text caches, the engine's
-    passes, then the library over the first `lib_count` requests."""
+    passes, then the library's."""
     out = []
     for _ in range(rounds):
         clear_token_cache()
-        times = time_engine(build(world, algorithm), reqs, lib_count)
+        engine = time_engine(build(world, algorithm), reqs)
         if not with_library:
-            out.append(Round(times))
+            out.append(Round(engine))
             continue
-        lib_rate, theirs = time_library(world, algorithm, reqs[:lib_count])
-        same = agree(times.rankings, theirs, AGREEMENT_TOLERANCE[algorithm])
-        out.append(Round(times, lib_rate, same))
+        library = time_library(world, algorithm, reqs)
+        tolerance = AGREEMENT_TOLERANCE[algorithm]
+        same = all(agree(ours, theirs, tolerance)
+                   for ours, theirs in zip(engine.rankings, library.rankings, strict=True))
+        out.append(Round(engine, library, same))
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 50_000])
-    parser.add_argument("--searches", type=int, default=200,
-                        help="engine searches per BFS graph (PPR: a fifth, at least 20)")
-    parser.add_argument("--library-searches", type=int, default=50,
-                        help="library searches per BFS graph (PPR: at most 10, 5 at 50k)")
+    parser.add_argument("--searches", type=int, default=50,
+                        help="requests per BFS graph, the same on both sides (PPR: at most "
+                             "10, 5 at 50k)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds per graph (engine, then library), the median ratio shown")
     parser.add_argument("--no-library", action="store_true",
@@ -386,22 +379,24 @@ def main() -> None:
             profile_engine(n, args.profile, args.searches)
         return
     measure = library_available() and not args.no_library
-    print("searches/s, all signals on (intent, feedback, frequency, roles, success); engine/s "
-          "is the first pass over the requests, 2nd pass the same requests again (caches "
-          f"warm); medians of {args.rounds} rounds, each on a fresh state with empty caches")
+    print(f"searches/s, all signals on (intent, feedback, frequency, roles, success), over "
+          f"{args.searches} BFS / {request_count('ppr', 0, args.searches)} PPR "
+          f"({request_count('ppr', 50_000, args.searches)} at 50k) requests, then the same "
+          "requests again; 1st pass: the engine's caches empty (cold), 2nd pass: holding "
+          f"what the requests touch (steady state); medians of {args.rounds} rounds, each on "
+          "a fresh state")
     if measure:
-        print("the library is measured in this run on the same graphs, over only the first "
-              f"{args.library_searches} BFS / {library_count('ppr', 0, 10)} PPR "
-              f"({library_count('ppr', 50_000, 10)} at 50k) requests because it is slow, "
-              "right after the engine in each round; 'same reqs' is the engine's first pass "
-              "over those requests alone; ratio = median over the rounds of same reqs / "
+        print("the library is measured in this run, making the same calls right after the "
+              "engine in each round; ratio = median over the rounds of engine/s / "
               "library/s, [lowest-highest]")
-        header = f"{'same reqs':>10} {'library/s':>10} {'ratio':>8} {'range':>13}  results"
+        side = f"{'engine/s':>9} {'library/s':>9} {'ratio':>7} {'range':>13}"
+        print(f"{'':>19} {'1st pass (cold)':^41} {'2nd pass (steady state)':^41}")
+        print(f"{'algorithm':>9} {'memories':>9} {side} {side}  results")
     else:
         print("the ContextKit library is not installed, so library/s is the issue's rate: "
               "reference, NOT measured in this run")
-        header = f"{'library/s':>10} {'ratio':>8}  (reference, not measured)"
-    print(f"{'algorithm':>9} {'memories':>9} {'engine/s':>10} {'2nd pass':>10} {header}")
+        print(f"{'algorithm':>9} {'memories':>9} {'engine/s':>9} {'2nd pass':>9} "
+              f"{'library/s':>9} {'ratio':>7}  (reference, not measured; 1st pass)")
     worlds = {}
     for n in args.sizes:  # one graph per size for both algorithms, as if generated anew
         rng = np.random.default_rng(0)
@@ -412,25 +407,28 @@ def main() -> None:
             world, after = worlds[n]
             rng = np.random.default_rng(0)
             rng.bit_generator.state = after
-            count = args.searches if algorithm == "bfs" else max(20, args.searches // 5)
+            count = request_count(algorithm, n, args.searches)
             reqs = requests(world, rng, count)
-            lib_count = min(count, library_count(algorithm, n, args.library_searches))
-            rounds = measure_graph(world, algorithm, reqs, args.rounds, lib_count, measure)
-            rate = median(r.engine.first for r in rounds)
-            row = (f"{algorithm:>9} {n:>9} {rate:>10.1f} "
-                   f"{median(r.engine.again for r in rounds):>10.1f}")
-            if measure:
-                ratios = [r.ratio for r in rounds if r.ratio is not None]
-                lib_rate = median(r.library for r in rounds if r.library is not None)
-                same = all(r.same for r in rounds)
-                spread = f"[{min(ratios):.1f}-{max(ratios):.1f}]"
-                print(f"{row} {median(r.engine.shared for r in rounds):>10.1f} "
-                      f"{lib_rate:>10.2f} {median(ratios):>7.1f}x {spread:>13}  "
-                      f"{'same' if same else 'DIFFER'} ({lib_count} library searches)",
-                      flush=True)
-            else:
+            rounds = measure_graph(world, algorithm, reqs, args.rounds, measure)
+            cold = median(r.engine.cold for r in rounds)
+            warm = median(r.engine.warm for r in rounds)
+            head = f"{algorithm:>9} {n:>9}"
+            if not measure:
                 reference = LIBRARY_REFERENCE[algorithm].get(n, float("nan"))
-                print(f"{row} {reference:>10.0f} {rate / reference:>7.1f}x", flush=True)
+                print(f"{head} {cold:>9.1f} {warm:>9.1f} {reference:>9.0f} "
+                      f"{cold / reference:>6.1f}x", flush=True)
+                continue
+            cells = []
+            for i, (engine_rate, library_rate) in enumerate((
+                    (cold, median(r.library.cold for r in rounds if r.library)),
+                    (warm, median(r.library.warm for r in rounds if r.library)))):
+                ratios = [pair[i] for r in rounds if (pair := r.ratios()) is not None]
+                spread = f"[{min(ratios):.1f}-{max(ratios):.1f}]"
+                cells.append(f"{engine_rate:>9.1f} {library_rate:>9.2f} "
+                             f"{median(ratios):>6.1f}x {spread:>13}")
+            same = all(r.same for r in rounds)
+            print(f"{head} {' '.join(cells)}  {'same' if same else 'DIFFER'} ({count} "
+                  "requests, both passes)", flush=True)
 
 
 if __name__ == "__main__":
