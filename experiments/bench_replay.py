@@ -7,9 +7,10 @@ Measured side by side in one run (the machine is shared: compare the ratios):
    searches per second (twice, alternating with the next, the faster run counted). Then
    the same log in closed loop, where the sequential engine
    ranks every search (and counts the accesses of what it returns): what a replay costs
-   per weight vector without the batch scorer. And the logged replay with each search cut
-   down to its decay tick and intent label (no seeds kept, no expansion, no features):
-   what the replay costs outside the search, a bound no faster search can lift it past.
+   per weight vector without the batch scorer. And the logged replay with each search
+   given no seeds (it still runs its checks, ticks decay and labels the intent, but has
+   nothing to expand or score): what the replay costs outside the search, a bound no
+   faster search can lift it past.
 2. One trial, as a tuner runs it: score a weight vector for 10,000 searches x 50
    candidates (`engine.batch`), rank the judged rows and compute ndcg@10, recall@100 and
    mrr (`experiments.metrics`). The candidate table is synthetic (random features with
@@ -28,7 +29,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from unittest import mock
 
@@ -136,20 +137,15 @@ class ReplayRates:
     logged: float       # featurizing each search, as `msprlab replay` does in logged mode
     closed_loop: float  # ranking each with the sequential engine, as a replay must per
                         # weight vector without the batch scorer
-    outside: float      # logged, each search cut down to its decay tick and intent label
+    outside: float      # logged, each search given no seeds (its tick and label only)
     searches: int
 
 
-def _tick_and_label(state: Any, req: Any, *, now: Any) -> Any:
-    """A search cut down to what it changes besides its features: the decay tick on read
-    and the intent label (the replay's table gets no candidates)."""
-    from msprlab.engine.decay import maybe_tick_decay
-    from msprlab.engine.search import SearchOutcome
-    outcome = SearchOutcome(results=[], graph_path=True)
-    outcome.decay = maybe_tick_decay(state.graph, state.config.decay, now)
-    if state.intent is not None:
-        outcome.intent = state.intent.classify(req.query)
-    return outcome
+def _without_seeds(state: Any, req: Any, *, now: Any) -> Any:
+    """`featurize_search` given no seeds: its checks, the decay tick on read and the intent
+    label, then nothing to expand or score (the replay's table gets no candidates)."""
+    from msprlab.engine.search import featurize_search
+    return featurize_search(state, replace(req, seeds=()), now=now)
 
 
 def replay_rates(searches: int, seed: int) -> ReplayRates:
@@ -160,14 +156,15 @@ def replay_rates(searches: int, seed: int) -> ReplayRates:
     print(f"building a LoCoMo log of {searches:,} searches (not timed) ...", flush=True)
     log = build_locomo_log(TfidfSvdEmbedder(), LogSpec(n_searches=searches), seed=seed).dataset
 
-    evaluated = [0]  # the searches a replay evaluates (those with a query_id)
+    evaluated: int = 0  # the searches a replay evaluates (those with a query_id)
 
     def rate(frequency: str) -> float:
+        nonlocal evaluated
         started = time.perf_counter()
         table = replay_module.replay(log, all_signals_config(), frequency=frequency)
         elapsed = time.perf_counter() - started
-        evaluated[0] = table.searches.height
-        return evaluated[0] / elapsed
+        evaluated = table.searches.height
+        return evaluated / elapsed
 
     # Twice each, alternating; the faster run of each counts, so none pays the one-time
     # costs (imports, numba's first call, per-memory caches) alone.
@@ -175,10 +172,10 @@ def replay_rates(searches: int, seed: int) -> ReplayRates:
     for _ in range(2):
         rates["logged"].append(rate("logged"))
         rates["closed_loop"].append(rate("closed_loop"))
-        with mock.patch.object(replay_module, "featurize_search", _tick_and_label):
+        with mock.patch.object(replay_module, "featurize_search", _without_seeds):
             rates["outside"].append(rate("logged"))
     return ReplayRates(max(rates["logged"]), max(rates["closed_loop"]), max(rates["outside"]),
-                       evaluated[0])
+                       evaluated)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -197,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  the sequential engine ranking each of them (closed loop): {sequential:,.0f} "
           "searches/s")
     print(f"  outside the search (timeline, seeds, feedback, accesses, decay ticks, intent "
-          f"labels, the table; each search cut down to its tick and label): "
+          f"labels, the table; each search given no seeds): "
           f"{r.outside:,.0f} searches/s, the most a faster search could give")
     print(f"one trial, 10,000 searches x 50 candidates (ndcg@10, recall@100, mrr): "
           f"{trial_ms:.2f} ms median of {args.repeats} (scoring and ranking {t.scoring:.2f} ms, "
