@@ -4,7 +4,7 @@ order, access counting and telemetry (MSPR.md sections 1, 10-17)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,8 +17,9 @@ from .decay import DecayReport, maybe_tick_decay
 from .feedback import personal_boosts
 from .graph import Embedding, FloatArray
 from .intent import EDGE_TYPE_PRIORS, Intent, IntentResult, apply_weight_override
+from .positional import Scored, expand_and_score, sync_access
 from .ppr import expand_ppr
-from .rerank import Candidate, Provider, SubgraphEdge, featurize, rank, subgraph
+from .rerank import Candidate, Provider, SubgraphEdge, featurize, rank, subgraph, subgraph_of
 from .roles import RoleContext, apply_role_policy, role_context_from_filters
 from .scope import SCOPE_KEYS, Scope, scope_from_filters
 from .seeds import Payload, trim_seeds
@@ -73,10 +74,15 @@ class SearchRequest:
 class SearchOutcome:
     """What a search returned and how: results in order (final scores after any soft role
     pass), every candidate the rerank scored, the subgraph, and anything the library would
-    have swallowed (`notes`)."""
+    have swallowed (`notes`).
+
+    `candidates` may be built on first read (the positional path builds only the results
+    while searching): their payloads are then made from the stored payloads the search
+    saw, as they are at that read.
+    """
 
     results: list[Candidate]
-    candidates: list[Candidate] = field(default_factory=list)
+    _candidates: list[Candidate] | Callable[[], list[Candidate]] = field(default_factory=list)
     subgraph: list[SubgraphEdge] = field(default_factory=list)
     intent: IntentResult | None = None
     weights: RetrievalConfig | None = None
@@ -84,6 +90,17 @@ class SearchOutcome:
     decay: DecayReport | None = None
     telemetry: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        found = self._candidates
+        if callable(found):
+            found = self._candidates = found()
+        return found
+
+    @candidates.setter
+    def candidates(self, value: list[Candidate]) -> None:
+        self._candidates = value
 
 
 def effective_filters(req: SearchRequest) -> dict[str, Any]:
@@ -165,12 +182,15 @@ def vector_results(state: EngineState, req: SearchRequest) -> list[Payload]:
 def resolve_payloads(state: EngineState, ids: Sequence[str]) -> dict[str, Payload]:
     """`Memory`'s resolver: id, text, hash, times, score 0 and owner ids; no metadata."""
     payloads = state.payloads
-    return {cid: {"id": cid, "memory": stored.get("data", ""), "hash": stored.get("hash"),
-                  "created_at": stored.get("created_at"),
-                  "updated_at": stored.get("updated_at"), "score": 0.0,
-                  "user_id": stored.get("user_id"), "agent_id": stored.get("agent_id"),
-                  "run_id": stored.get("run_id")}
-            for cid in ids if (stored := payloads.get(cid))}
+    return {cid: resolved_payload(cid, stored) for cid in ids if (stored := payloads.get(cid))}
+
+
+def resolved_payload(cid: str, stored: Mapping[str, Any]) -> Payload:
+    """The resolver's payload for one stored memory."""
+    return {"id": cid, "memory": stored.get("data", ""), "hash": stored.get("hash"),
+            "created_at": stored.get("created_at"), "updated_at": stored.get("updated_at"),
+            "score": 0.0, "user_id": stored.get("user_id"), "agent_id": stored.get("agent_id"),
+            "run_id": stored.get("run_id")}
 
 
 def search(state: EngineState, req: SearchRequest, *, now: datetime) -> SearchOutcome:
@@ -235,14 +255,22 @@ def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payloa
     if not scored.seed_count:
         outcome.telemetry = _telemetry(state, outcome, 0) if mspr.enabled else None
         return outcome
-    outcome.subgraph = subgraph(scored.edges_used, outcome.candidates, scored.scope)
-    results = rank(outcome.candidates, req.limit)
+    if scored.positional is not None:
+        positional = scored.positional
+        outcome.subgraph = subgraph_of(scored.edges_used, positional.scored.ids, scored.scope)
+        results = positional.ranked(req.limit)
+    else:
+        outcome.subgraph = subgraph(scored.edges_used, outcome.candidates, scored.scope)
+        results = rank(outcome.candidates, req.limit)
     if scored.role_on and not mspr.role.hard_filter and state.policy is not None:
         results = _soft_filter(state, results, ctx)
     outcome.results = results
     if counts_access(state.config):
+        index = state.positional
         for c in results[:req.limit]:
             state.graph.record_access(c.id, now)
+            if index is not None and (node := state.graph.nodes.get(c.id)) is not None:
+                sync_access(index, c.id, node.access_count)
     if mspr.enabled:
         outcome.telemetry = _telemetry(state, outcome, scored.seed_count)
     return outcome
@@ -257,6 +285,35 @@ class _Featurized:
     edges_used: Mapping[EdgeKey, float] = field(default_factory=dict)
     scope: Scope = field(default_factory=dict)
     role_on: bool = False
+    positional: _Positional | None = None  # the candidates as columns, when that path ran
+
+
+@dataclass(frozen=True, slots=True)
+class _Positional:
+    """The positional path's candidates: columns, turned into Candidates when read."""
+
+    scored: Scored
+    seeds: Mapping[str, Payload]
+    stored: list[Payload | None]  # the stored payload of each candidate, as the search saw it
+
+    def candidate(self, i: int) -> Candidate:
+        cid = self.scored.ids[i]
+        if self.scored.was_seed[i]:
+            payload = self.seeds[cid]
+        else:
+            stored = self.stored[i]
+            payload = (resolved_payload(cid, stored) if stored
+                       else {"id": cid, "memory": "", "score": 0.0})
+        return self.scored.candidate(i, payload)
+
+    def all(self) -> list[Candidate]:
+        return [self.candidate(i) for i in range(len(self.scored.ids))]
+
+    def ranked(self, limit: int) -> list[Candidate]:
+        """`rank` of the candidates, making only the ones it returns."""
+        score = self.scored.score
+        order = sorted(range(len(score)), key=score.__getitem__, reverse=True)
+        return [self.candidate(i) for i in order[:max(1, limit)]]
 
 
 def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
@@ -278,6 +335,12 @@ def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
         return _Featurized(outcome)
     seeds = trim_seeds(hits, retrieval.seed_top_k)
     scope = scope_from_filters(filters)
+    positional = _positional(state, retrieval, seeds, scope, req, filters, ctx, role_on,
+                             outcome)
+    if positional is not None:
+        outcome._candidates = positional.all  # made when read
+        return _Featurized(outcome, len(hits), positional.scored.edges_used, scope, role_on,
+                           positional)
     reach, edges_used = _expand(state, retrieval, seeds, scope, req, outcome)
     query_embedding = _query_embedding(req.query_embedding)
     tenant = filters.get("tenant_id")
@@ -294,6 +357,34 @@ def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
         candidates = _strict_isolation(state, candidates, ctx)
     outcome.candidates = candidates
     return _Featurized(outcome, len(hits), edges_used, scope, role_on)
+
+
+def _positional(state: EngineState, retrieval: RetrievalConfig, seeds: dict[str, Payload],
+                scope: Scope, req: SearchRequest, filters: Mapping[str, Any],
+                ctx: RoleContext, role_on: bool, outcome: SearchOutcome) -> _Positional | None:
+    """The BFS expansion and the features over `state.positional`, when it is set and
+    the search needs nothing it leaves to the object path."""
+    index = state.positional
+    corrections = state.config.corrections
+    if (index is None or retrieval.algorithm != "bfs"
+            or (corrections.apply_edge_type_priors and outcome.intent is not None
+                and EDGE_TYPE_PRIORS.get(outcome.intent.label))
+            or (corrections.strict_role_isolation and role_on)):
+        return None
+    tenant = filters.get("tenant_id")
+    sub_tenant = filters.get("sub_tenant_id")
+    scored = expand_and_score(
+        index, retrieval, query=req.query, seeds=seeds, scope=scope,
+        query_embedding=_query_embedding(req.query_embedding),
+        personal=_personal_provider(state, retrieval, ctx),
+        success=_success_provider(state, retrieval, req.query, ctx),
+        tenant_id=tenant if isinstance(tenant, str) else None,
+        sub_tenant_id=sub_tenant if isinstance(sub_tenant, str) else None,
+        include_archived=req.include_archived,
+        peak=state.graph.peak_access_count() if retrieval.epsilon_frequency > 0 else 0)
+    if scored is None:
+        return None
+    return _Positional(scored, seeds, list(map(state.payloads.get, scored.ids)))
 
 
 def _query_embedding(values: Sequence[float] | FloatArray | None) -> Embedding | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import EngineConfig
 from .feedback import FeedbackStore
@@ -11,6 +11,9 @@ from .graph import ContextGraph
 from .intent import Classifier, IntentRouter
 from .roles import RolePolicy
 from .success import SuccessStore
+
+if TYPE_CHECKING:
+    from .positional import PositionalIndex
 
 Payload = dict[str, Any]
 
@@ -21,6 +24,10 @@ class EngineState:
 
     `payloads` is the vector store: memory id -> the stored payload (`data`, `hash`,
     `created_at`, `updated_at`, owner ids, and every other key flat, as `Memory.add` stores).
+
+    `positional` (work in progress, engine/positional.py): a snapshot index that BFS
+    searches use instead of the objects when set. Phase 1 leaves keeping it current to
+    whoever sets it: set it only on a state that no longer changes.
     """
 
     config: EngineConfig
@@ -30,6 +37,7 @@ class EngineState:
     success: SuccessStore | None = None
     intent: IntentRouter | None = None
     policy: RolePolicy | None = None
+    positional: PositionalIndex | None = None
 
 
 def new_state(config: EngineConfig, *, classifier: Classifier | None = None,
