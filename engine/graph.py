@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 # Nodes and edges are defined beside their columns; everything else imports them from here.
+from .adjacency import AdjacencyIndex
 from .records import EdgeColumns, LooseEdges, NodeColumns
 from .records import MemoryEdge as MemoryEdge
 from .records import MemoryNode as MemoryNode
@@ -123,6 +124,8 @@ class ContextGraph:
         self.edge_columns = EdgeColumns()     # by edge row
         self._position: dict[str, int] = {}       # node id -> its index in `nodes`
         self._by_position: list[MemoryNode | None] = []  # and back
+        self.node_ids: list[str] = []                   # position -> node id
+        self._index = AdjacencyIndex()                  # `adjacent` as integers
         # `edge_rows`, kept as edges come and go: a removed edge leaves None (alive 0)
         # until the holes outnumber the edges (`remove_edges` compacts them then). A
         # stored edge's row is its `_row` (engine/records.py), so no key -> row dict.
@@ -143,6 +146,8 @@ class ContextGraph:
     def _new_position(self, node_id: str) -> None:
         self._position[node_id] = len(self.nodes)
         self._by_position.append(None)
+        self.node_ids.append(node_id)
+        self._index.add_position()
         self.nodes[node_id] = None
         self._succ[node_id] = {}
         self._pred[node_id] = {}
@@ -294,6 +299,9 @@ class ContextGraph:
         """An edge came or went: only its two ends' `adjacent` entries change."""
         self._adjacent.pop(edge.src, None)
         self._adjacent.pop(edge.dst, None)
+        stale, position = self._index.stale, self._position
+        stale.add(position[edge.src])
+        stale.add(position[edge.dst])
 
     def edges(self) -> Iterator[MemoryEdge]:
         """Every edge in storage order: by source in node order, then target, then type."""
@@ -315,6 +323,7 @@ class ContextGraph:
         alive = self._alive
         self._rows = list(itertools.compress(self._rows, alive))
         self.edge_columns.keep(alive)
+        self._index.renumber_rows(alive)
         for row, edge in enumerate(self._rows):
             cast(MemoryEdge, edge).move_to(row)
         self._row_src = array("q", itertools.compress(self._row_src, alive))
@@ -322,6 +331,30 @@ class ContextGraph:
         self._row_sticky = array("b", itertools.compress(self._row_sticky, alive))
         self._alive = bytearray(b"\x01") * len(self._rows)
         self._removed_rows = 0
+
+    def adjacency_index(self) -> AdjacencyIndex:
+        """`adjacent` of every node as integers (engine/adjacency.py), brought up to date:
+        valid until an edge comes or goes."""
+        index = self._index
+        if index.stale:
+            if index.needs_fresh_pool():
+                index.fresh_pool()
+            succ, pred, position, ids = self._succ, self._pred, self._position, self.node_ids
+            for at in index.stale:
+                node_id = ids[at]
+                others: list[int] = []
+                rows: list[int] = []
+                for adjacency in (succ, pred):
+                    for other, by_type in adjacency[node_id].items():
+                        if other == node_id:
+                            continue
+                        other_at = position[other]
+                        for edge in by_type.values():
+                            others.append(other_at)
+                            rows.append(edge._row)
+                index.put(at, others, rows)
+            index.stale.clear()
+        return index
 
     def incident(self, node_id: str) -> Iterator[MemoryEdge]:
         """Outgoing then incoming edges of a node (a self loop appears in both)."""

@@ -1,202 +1,247 @@
-"""BFS expansion and candidate features over integer positions (work in progress).
+"""BFS expansion and the rerank's features over integer node positions.
 
-Measured with prototypes (10k memories, all signals on, rankings identical): compiling the
-BFS and the numeric features alone gains ~1.1x, because a search then still builds a
-payload dict, a token set lookup and a `Candidate` for every one of its ~50 candidates in
-Python; holding token ids, owners, tenants and embeddings by position as well, and
-building payloads and Candidates only for what the caller reads, gains ~1.7-2.1x.
+The object path (`bfs.expand_bfs`, then `rerank.featurize`) walks dicts and touches a node,
+a stored payload, a token set and a new `Candidate` for every candidate in Python. Here the
+walk and the features and final scores run in two compiled loops over arrays by node
+position, giving exactly what the object path gives: the same candidates in the same
+order, the same doubles (no fastmath, engine/jit.py; every operation the loop's own, in
+its order). Candidates and their payloads are made only when read (`search` makes its
+results; the others when `SearchOutcome.candidates` is read).
 
-This module is that second path: `PositionalIndex` holds what a search reads, by node
-position, and `expand_and_score` runs the walk and the rerank's features and final scores
-in two compiled loops, giving exactly what `bfs.expand_bfs` and `rerank.featurize` give
-(same candidates in the same order, same doubles). The object path stays the reference
-and the fallback: `PositionalIndex.build` returns None where the arrays cannot stand in
-for the objects (a weight, relevance or archived flag the columns call exotic, an owner or
-tenant id that is not a str, embeddings of mixed sizes, ...), and `expand_and_score`
-returns None where a search needs what the kernels do not do (edge-type priors, a seed
-outside the graph, a query vector of another size, a cosine that would raise).
+What the loops read, and how it stays current:
 
-Phase 1 (this file): the index is a snapshot, built from a state in one go. Phase 2 keeps
-it up to date as the state is written (the adjacency as in the compiled-BFS spike, owner
-and tenant codes, access counts and the embedding matrix on write, payload token ids when
-a payload is stored, checked by identity at search time).
+- Node columns (engine/records.py): relevance, archived flags, access counts, and the
+  owner and tenant ids as integer codes, written by the nodes themselves as they change.
+- Edge weights (`EdgeColumns`) and the integer adjacency (engine/adjacency.py), rebuilt
+  for the nodes whose edges came or went.
+- `CandidateCache`, per position, what a search reads of the stored payload (owner codes,
+  token ids of the text) and the embedding: checked at every search, for each candidate,
+  against the objects stored now (by identity: the payload, its text and owner values, the
+  embedding), and rebuilt for a position where they differ. A payload replaced or edited
+  in place is therefore seen at the next search.
+
+The object path stays the reference and the fallback: `expand_and_score` returns None
+wherever the arrays cannot stand in for the objects (a weight, relevance or flag the
+columns call exotic, an owner, tenant or count that is not a str or an int, embeddings of
+another shape, a seed outside the graph, a cosine that would raise), and the search runs
+the object path instead. Edge-type priors, PPR and strict isolation always take it.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from array import array
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from .config import RetrievalConfig
-from .graph import EdgeKey, Embedding
+from .graph import ContextGraph, EdgeKey, Embedding
 from .jit import exact_njit
-from .rerank import Candidate, Provider
+from .records import NONE_CODE, MemoryEdge
+from .rerank import Candidate, Provider, SubgraphEdge, _subgraph_edge
 from .scope import UNVERIFIABLE, Scope
 from .seeds import Payload
-from .state import EngineState
-from .text import tokens
+from .text import split_tokens, tokens
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
-ByteArray = npt.NDArray[np.uint8]
 
 OWNER_FIELDS = ("user_id", "agent_id", "run_id")
-NONE_CODE = -1      # an owner or tenant id that is None
-UNKNOWN_CODE = -2   # a wanted id that no node or payload carries: matches nothing
+UNKNOWN_CODE = -2       # a wanted id that no node or payload carries: matches nothing
 UNVERIFIABLE_CODE = -3  # a wanted id that cannot be compared: matches nothing either
+_UNSEEN = object()      # a position the cache has not read yet
+_NO_TEXT = object()     # a stored payload without a "data" key
+_NO_VECTOR = np.zeros(0)
 
 
-@dataclass(frozen=True, slots=True)
-class PositionalIndex:
-    """What a search reads, by node position (`ContextGraph.nodes` order).
+class CandidateCache:
+    """Per node position: what a search reads of the stored payload and the embedding.
 
-    adjacency: for position p, entries `start[p]:start[p + 1]` of `other` (the node at
-    the other end) and `row` (the edge) in `ContextGraph.adjacent` order.
+    payload, text, owners, embedding : the objects each position's entries were made
+        from (`_UNSEEN` before the first search that meets the position).
+    payload_owner : codes of the payload's user, agent and run ids (NONE_CODE for None
+        or no payload), in the graph's code book; one `array('q')` per field.
+    token_start, token_count, pool : the token ids of the payload's text, in `pool`.
+    vectors, norm_sq, has_vector : the embedding as a matrix row.
+    odd_payload, odd_vector : 1 where the objects cannot be coded (an owner that is not
+        a str; an embedding of another shape): a search meeting one falls back.
+    Scalars sit in `array`s and `bytearray`s (cheap to write one at a time); the kernels
+    read them through NumPy views made for the call.
     """
 
-    ids: list[str]
-    position: dict[str, int]
-    real: ByteArray                 # 1: a node, 0: a bare endpoint (None in `nodes`)
-    archived: ByteArray
-    start: IntArray
-    other: IntArray
-    row: IntArray
-    weight: FloatArray              # by edge row (this index's own numbering)
-    row_keys: list[EdgeKey]
-    node_owner: IntArray            # (3, n): codes of the node's user/agent/run id
-    payload_owner: IntArray         # (3, n): codes of the stored payload's, NONE_CODE if none
-    tenant: IntArray
-    sub_tenant: IntArray
-    relevance: FloatArray
-    access: IntArray
-    vectors: FloatArray             # (n, d); rows of nodes without an embedding are 0
-    norm_sq: FloatArray
-    has_vector: ByteArray
-    token_start: IntArray           # token ids of the stored payload's text, by position
-    token_ids: IntArray
-    codes: dict[str, int]           # owner and tenant ids -> code
-    vocabulary: dict[str, int]      # token -> id
+    def __init__(self, graph: ContextGraph) -> None:
+        self.graph = graph
+        self.capacity = 0
+        self.payload: list[Any] = []
+        self.text: list[Any] = []
+        self.owners: list[list[Any]] = [[], [], []]
+        self.embedding: list[Any] = []
+        self.payload_owner = [array("q") for _ in OWNER_FIELDS]
+        self.token_start = array("q")
+        self.token_count = array("q")
+        self.pool = array("q")
+        self.live_tokens = 0
+        self.vocabulary: dict[str, int] = {}
+        self.dim = -1
+        self.vectors = np.zeros((0, 0))  # (capacity, dim), dim 0 until an embedding comes
+        self.norm_sq = array("d")
+        self.has_vector = bytearray()
+        self.odd_payload = bytearray()
+        self.odd_vector = bytearray()
+        # The walk's scratch (`_walk_rows`), which it leaves as it found it.
+        self.slot = np.zeros(0, np.int64)
+        self.verdict = np.zeros(0, np.uint8)
+        self.is_seed = np.zeros(0, np.uint8)
+        self.walked_seen = np.zeros(0, np.uint8)
 
-    @staticmethod
-    def build(state: EngineState) -> PositionalIndex | None:
-        """A snapshot of `state` for `expand_and_score`; None when the arrays cannot hold
-        what the object path reads exactly."""
-        graph = state.graph
-        if graph.node_columns.exotic or graph.edge_columns.exotic:
-            return None
-        ids = list(graph.nodes)
-        position = {node_id: at for at, node_id in enumerate(ids)}
-        n = len(ids)
-        codes: dict[str, int] = {}
+    def scratch(self, positions: int, rows: int) -> tuple[Any, Any, Any, Any]:
+        """The walk's scratch for this many positions and edge rows."""
+        if len(self.slot) < positions:
+            size = max(positions, 2 * len(self.slot))
+            self.slot = np.full(size, -1, np.int64)
+            self.verdict = np.zeros(size, np.uint8)
+            self.is_seed = np.zeros(size, np.uint8)
+        if len(self.walked_seen) < rows:
+            self.walked_seen = np.zeros(max(rows, 2 * len(self.walked_seen)), np.uint8)
+        return self.slot, self.verdict, self.is_seed, self.walked_seen
 
-        def code(value: object) -> int:
-            if value is None:
-                return NONE_CODE
-            if type(value) is not str:
-                raise _NotApplicable
-            return codes.setdefault(value, len(codes))
+    def grow(self, positions: int) -> None:
+        """Room for `positions` positions, the new ones unseen."""
+        if positions <= self.capacity:
+            return
+        size = max(positions, 2 * self.capacity, 64)
+        extra = size - self.capacity
+        for column in (self.payload, self.text, *self.owners, self.embedding):
+            column.extend([_UNSEEN] * extra)
+        for codes in self.payload_owner:
+            codes.extend([NONE_CODE] * extra)
+        self.token_start.extend([0] * extra)
+        self.token_count.extend([0] * extra)
+        self.norm_sq.extend([0.0] * extra)
+        for flags in (self.has_vector, self.odd_payload, self.odd_vector):
+            flags.extend(bytes(extra))
+        vectors = np.zeros((size, self.vectors.shape[1]))
+        vectors[:self.capacity] = self.vectors
+        self.vectors = vectors
+        self.capacity = size
 
-        real = np.zeros(n, np.uint8)
-        archived = np.zeros(n, np.uint8)
-        node_owner = np.full((3, n), NONE_CODE, np.int64)
-        payload_owner = np.full((3, n), NONE_CODE, np.int64)
-        tenant = np.full(n, NONE_CODE, np.int64)
-        sub_tenant = np.full(n, NONE_CODE, np.int64)
-        relevance = np.ones(n)
-        access = np.zeros(n, np.int64)
-        starts = [0]
-        others: list[int] = []
-        rows: list[int] = []
-        row_of: dict[int, int] = {}
-        row_keys: list[EdgeKey] = []
-        weights: list[float] = []
-        vocabulary: dict[str, int] = {}
-        token_starts = [0]
-        token_ids: list[int] = []
-        dims = {e.vector.shape for e in graph.embeddings.values()}
-        if len(dims) > 1 or any(len(shape) != 1 for shape in dims):
-            return None
-        d = next(iter(dims))[0] if dims else 0
-        vectors = np.zeros((n, d))
-        norm_sq = np.zeros(n)
-        has_vector = np.zeros(n, np.uint8)
-        payloads = state.payloads
-        try:
-            for at, node_id in enumerate(ids):
-                node = graph.nodes[node_id]
-                if node is not None:
-                    real[at] = 1
-                    archived[at] = node.archived is True
-                    for field, name in enumerate(OWNER_FIELDS):
-                        node_owner[field, at] = code(getattr(node, name))
-                    tenant[at] = code(node.tenant_id)
-                    sub_tenant[at] = code(node.sub_tenant_id)
-                    relevance[at] = node.relevance
-                    if type(node.access_count) is not int:
-                        return None
-                    access[at] = node.access_count
-                stored = payloads.get(node_id)
-                if stored:  # the resolver skips a stored payload that is empty
-                    for field, name in enumerate(OWNER_FIELDS):
-                        payload_owner[field, at] = code(stored.get(name))
-                    text = stored.get("data", "")
-                    if text and isinstance(text, str):
-                        token_ids.extend(sorted(vocabulary.setdefault(t, len(vocabulary))
-                                                for t in tokens(text)))
-                token_starts.append(len(token_ids))
-                embedding = graph.embeddings.get(node_id)
-                if embedding is not None:
-                    vectors[at] = embedding.vector
-                    norm_sq[at] = embedding.norm_sq
-                    has_vector[at] = 1
-                for other, edge, key in zip(*graph.adjacent(node_id), strict=True):
-                    row = row_of.get(id(edge))
-                    if row is None:
-                        row = row_of[id(edge)] = len(row_keys)
-                        row_keys.append(key)
-                        weights.append(edge.weight)
-                    others.append(position[other])
-                    rows.append(row)
-                starts.append(len(others))
-        except _NotApplicable:
-            return None
-        for node_id in payloads:
-            if node_id not in position:
-                return None  # a stored memory outside the graph: the object path handles it
-        return PositionalIndex(
-            ids=ids, position=position, real=real, archived=archived,
-            start=np.array(starts, np.int64), other=np.array(others, np.int64),
-            row=np.array(rows, np.int64), weight=np.array(weights, np.float64),
-            row_keys=row_keys, node_owner=node_owner, payload_owner=payload_owner,
-            tenant=tenant, sub_tenant=sub_tenant, relevance=relevance, access=access,
-            vectors=vectors, norm_sq=norm_sq, has_vector=has_vector,
-            token_start=np.array(token_starts, np.int64),
-            token_ids=np.array(token_ids, np.int64), codes=codes, vocabulary=vocabulary)
+    def check_all(self, positions: Iterable[int], stored: Iterable[Any],
+                  embeddings: Iterable[Any] | None, *, text: bool,
+                  fields: Iterable[int]) -> None:
+        """Bring these positions up to date with the payloads stored now (parallel
+        iterables) as far as a search reads them: the text when `text`, the owner ids of
+        `fields`; and with the embeddings, unless None (a search without a query vector).
+        What a search does not read is checked by the next one that does."""
+        seen = self.payload
+        checks = ([("data", self.text)] if text else []) + [
+            (OWNER_FIELDS[field], self.owners[field]) for field in fields]
+        for at, found in zip(positions, stored, strict=True):
+            if found is not seen[at]:
+                self._read_payload(at, found)
+            elif found:
+                for key, column in checks:
+                    if found.get(key, _NO_TEXT) is not column[at]:
+                        self._read_payload(at, found)
+                        break
+        if embeddings is not None:
+            vectors = self.embedding
+            for at, vector in zip(positions, embeddings, strict=True):
+                if vector is not vectors[at]:
+                    self._read_embedding(at, vector)
+
+    def _read_payload(self, at: int, stored: Any) -> None:
+        self.payload[at] = stored
+        odd = 0
+        found: list[int] = []
+        if stored:  # the resolver skips a stored payload that is empty
+            text = stored.get("data", _NO_TEXT)
+            self.text[at] = text
+            code = self.graph.node_columns.code
+            for field, name in enumerate(OWNER_FIELDS):
+                value = stored.get(name, _NO_TEXT)
+                self.owners[field][at] = value
+                if value is _NO_TEXT or value is None:
+                    self.payload_owner[field][at] = NONE_CODE
+                elif type(value) is str:
+                    self.payload_owner[field][at] = code(value)
+                else:
+                    odd = 1
+            if text is not _NO_TEXT and text and isinstance(text, str):
+                found = self._token_ids(text)
+        else:
+            self.text[at] = _NO_TEXT
+            for field in range(3):
+                self.owners[field][at] = _NO_TEXT
+                self.payload_owner[field][at] = NONE_CODE
+        self.odd_payload[at] = odd
+        self.live_tokens += len(found) - self.token_count[at]
+        self.token_count[at] = len(found)
+        pool = self.pool
+        if len(pool) + len(found) > 2 * self.live_tokens + 4096:  # mostly garbage: compact
+            fresh = array("q")
+            starts, counts = self.token_start, self.token_count
+            for p in range(self.capacity):
+                if p == at:
+                    starts[p] = len(fresh)
+                    fresh.extend(found)
+                elif counts[p]:
+                    start = starts[p]
+                    starts[p] = len(fresh)
+                    fresh.extend(pool[start:start + counts[p]])
+            self.pool = fresh
+        else:
+            self.token_start[at] = len(pool)
+            pool.extend(found)
+
+    def _token_ids(self, text: str) -> list[int]:
+        """The ids of the text's distinct tokens (`text.tokens`, without filling its cache:
+        the ids are all a search needs, and a cache of sets would only feed the collector)."""
+        vocabulary = self.vocabulary
+        words = set(split_tokens(text))
+        found = list(map(vocabulary.get, words))
+        if None not in found:
+            return found  # type: ignore[return-value]
+        for word in words:
+            if word not in vocabulary:
+                vocabulary[word] = len(vocabulary)
+        return list(map(vocabulary.__getitem__, words))
+
+    def _read_embedding(self, at: int, embedding: Any) -> None:
+        self.embedding[at] = embedding
+        self.has_vector[at] = 0
+        self.odd_vector[at] = 0
+        if embedding is None:
+            return
+        vector = embedding.vector
+        if vector.ndim != 1 or (self.dim >= 0 and vector.size != self.dim):
+            self.odd_vector[at] = 1
+            return
+        if self.dim < 0:
+            self.dim = vector.size
+            self.vectors = np.zeros((self.capacity, self.dim))
+        self.vectors[at] = vector
+        self.norm_sq[at] = embedding.norm_sq
+        self.has_vector[at] = 1
 
 
-def sync_access(index: PositionalIndex, node_id: str, count: int) -> None:
-    """The access count of `node_id` is now `count` (the search counted an access)."""
-    at = index.position.get(node_id)
-    if at is not None:
-        index.access[at] = count
-
-
-class _NotApplicable(Exception):
-    """A value the arrays cannot hold exactly (building the index stops)."""
+def cache_for(holder: Any, graph: ContextGraph) -> CandidateCache:
+    """The cache kept on `holder` (an EngineState) for its graph, new if the graph is."""
+    cache: CandidateCache | None = holder.positional
+    if cache is None or cache.graph is not graph:
+        cache = holder.positional = CandidateCache(graph)
+    return cache
 
 
 @dataclass(frozen=True, slots=True)
 class Scored:
-    """`expand_and_score`'s result: candidates by position, in reach order."""
+    """`expand_and_score`'s result: the candidates `featurize` keeps, in reach order."""
 
-    ids: list[str]          # every candidate the rerank scored, in reach order
-    positions: IntArray
+    ids: list[str]
     was_seed: list[bool]
     dense: list[float]
     lexical: list[float]
@@ -206,7 +251,8 @@ class Scored:
     success: list[float]
     relevance: list[float]
     score: list[float]
-    edges_used: dict[EdgeKey, float]
+    subgraph: list[SubgraphEdge]        # `rerank.subgraph` of the walked edges
+    edges_used: dict[EdgeKey, float]    # `expand_bfs`'s, when asked for (`want_edges`)
 
     def candidate(self, i: int, payload: Payload) -> Candidate:
         """The `i`-th candidate, with the payload `featurize` gives it."""
@@ -226,15 +272,19 @@ class Scored:
         return out
 
 
-def expand_and_score(index: PositionalIndex, cfg: RetrievalConfig, *, query: str,
+def expand_and_score(graph: ContextGraph, cache: CandidateCache,
+                     payloads: Mapping[str, Payload], cfg: RetrievalConfig, *, query: str,
                      seeds: Mapping[str, Payload], scope: Scope,
                      query_embedding: Embedding | None, personal: Provider | None,
                      success: Provider | None, tenant_id: str | None,
                      sub_tenant_id: str | None, include_archived: bool,
-                     peak: int) -> Scored | None:
-    """`expand_bfs` then `featurize` (without priors), over positions; None where the
+                     peak: int, want_edges: bool = False) -> Scored | None:
+    """`expand_bfs` then `featurize` (without priors) over positions; None where the
     object path must run instead (see the module docstring)."""
-    position = index.position
+    nodes, edge_cols = graph.node_columns, graph.edge_columns
+    if nodes.exotic or nodes.codes_exotic or edge_cols.exotic:
+        return None
+    position = graph._position
     seed_at = []
     for sid in seeds:
         at = position.get(sid)
@@ -242,15 +292,30 @@ def expand_and_score(index: PositionalIndex, cfg: RetrievalConfig, *, query: str
             return None
         seed_at.append(at)
     seed_positions = np.array(seed_at, np.int64)
-    fields, wants = _scope_codes(index, scope)
+    adjacency = graph.adjacency_index()
+    codes = [np.frombuffer(c, dtype=np.int64) for c in nodes.codes]
+    real = np.frombuffer(nodes.real, dtype=np.uint8)
+    weight = np.frombuffer(edge_cols.weight, dtype=np.float64)  # type: ignore[call-overload]
+    fields, wants = _scope_codes(nodes.code_of, scope)
+    cache.grow(len(graph.node_ids))
+    slot, verdict, is_seed, walked_seen = cache.scratch(len(graph.node_ids), len(weight))
     found, reach, walked = _walk()(
-        seed_positions, index.start, index.other, index.row, index.weight, index.real,
-        index.archived, index.node_owner, fields, wants, not include_archived,
-        max(0, cfg.expansion_depth), max(1, cfg.max_candidates),
-        float(cfg.edge_weight_floor))
-    ids = index.ids
+        seed_positions, np.frombuffer(adjacency.start, dtype=np.int64),
+        np.frombuffer(adjacency.count, dtype=np.int64),
+        np.frombuffer(adjacency.other, dtype=np.int64),
+        np.frombuffer(adjacency.row, dtype=np.int64), weight, real,
+        np.frombuffer(nodes.archived_flags, dtype=np.uint8), codes[0], codes[1], codes[2],
+        fields, wants, not include_archived, max(0, cfg.expansion_depth),
+        max(1, cfg.max_candidates), float(cfg.edge_weight_floor), slot, verdict, is_seed,
+        walked_seen)
     order = np.concatenate([seed_positions, found])
-    cids = list(map(ids.__getitem__, order.tolist()))
+    order_list = order.tolist()
+    ids = graph.node_ids
+    cids = list(map(ids.__getitem__, order_list))
+    query_tokens = tokens(query)
+    cache.check_all(order_list, map(payloads.get, cids),
+                    None if query_embedding is None else map(graph.embeddings.get, cids),
+                    text=bool(query_tokens), fields=fields.tolist())
     k = len(cids)
     seed_count = len(seed_at)
     seed_dense = np.zeros(k)
@@ -262,69 +327,84 @@ def expand_and_score(index: PositionalIndex, cfg: RetrievalConfig, *, query: str
                                else np.zeros(k), np.float64)
     success_values = np.array(list(map(success, cids)) if success is not None and zeta > 0
                               else np.zeros(k), np.float64)
-    query_tokens = tokens(query)
-    vocabulary = index.vocabulary
+    vocabulary = cache.vocabulary
     query_ids = np.array([vocabulary.get(t, -1) for t in query_tokens], np.int64)
     if query_embedding is None:
-        q, q_norm, similarity = np.zeros(0), 0.0, 0
+        q, q_norm, similarity = _NO_VECTOR, 0.0, 0
     elif query_embedding.vector.ndim != 1:
         return None
-    elif query_embedding.vector.size != index.vectors.shape[1] and index.has_vector.any():
-        return None  # `cosine` gives 0.0 for unequal sizes; left to the object path
     else:
-        q, q_norm = query_embedding.vector, query_embedding.norm_sq
-        similarity = 1
-    tenant_code = _code(index, tenant_id)
-    sub_tenant_code = _code(index, sub_tenant_id)
+        q, q_norm, similarity = query_embedding.vector, query_embedding.norm_sq, 1
     weights = np.array([cfg.alpha_dense, cfg.beta_bm25, cfg.gamma_graph, epsilon, delta, zeta])
     values = np.empty((8, k))
-    kept, raised = _score()(
-        order, seed_count, reach, seed_dense, index.real, index.node_owner,
-        index.payload_owner, fields, wants, index.tenant, index.sub_tenant,
-        tenant_code, sub_tenant_code, index.vectors, index.norm_sq, index.has_vector, q,
-        q_norm, similarity, index.relevance, index.access, peak, index.token_start,
-        index.token_ids, query_ids, len(query_tokens), personal_values, success_values,
-        weights, values)
-    if raised:
-        return None  # a cosine whose denominator underflows: `cosine` raises there
-    keep = np.flatnonzero(kept).tolist()
-    columns = [values[j][kept].tolist() for j in range(8)]
-    keys = index.row_keys
-    edges_used = dict(zip(map(keys.__getitem__, walked.tolist()),
-                          index.weight[walked].tolist(), strict=True))
-    return Scored(ids=list(map(cids.__getitem__, keep)), positions=order[kept],
+    src = np.frombuffer(graph._row_src, dtype=np.int64)
+    dst = np.frombuffer(graph._row_dst, dtype=np.int64)
+    kept, m, sub_rows, status = _score()(
+        order, seed_count, reach, seed_dense, real, codes[0], codes[1], codes[2],
+        *(np.frombuffer(c, dtype=np.int64) for c in cache.payload_owner), fields, wants,
+        codes[3], codes[4], _code(nodes.code_of, tenant_id),
+        _code(nodes.code_of, sub_tenant_id), cache.vectors,
+        np.frombuffer(cache.norm_sq, dtype=np.float64),
+        np.frombuffer(cache.has_vector, dtype=np.uint8), q, q_norm, similarity,
+        np.frombuffer(nodes.relevance, dtype=np.float64),  # type: ignore[call-overload]
+        np.frombuffer(nodes.access, dtype=np.int64), peak,
+        np.frombuffer(cache.token_start, dtype=np.int64),
+        np.frombuffer(cache.token_count, dtype=np.int64),
+        np.frombuffer(cache.pool, dtype=np.int64), query_ids, len(query_tokens),
+        personal_values, success_values, weights,
+        np.frombuffer(cache.odd_payload, dtype=np.uint8),
+        np.frombuffer(cache.odd_vector, dtype=np.uint8), walked, src, dst, bool(scope),
+        verdict, values)
+    if status:
+        return None
+    keep = kept.tolist()
+    columns = values[:, :m].tolist()
+    rows = graph._rows
+    make = _subgraph_edge
+    sub = [make(ids[a], ids[b], cast(MemoryEdge, rows[r]).type._value_, w)
+           for r, a, b, w in zip(sub_rows.tolist(), src[sub_rows].tolist(),
+                                 dst[sub_rows].tolist(), weight[sub_rows].tolist(),
+                                 strict=True)]
+    edges_used: dict[EdgeKey, float] = {}
+    if want_edges:
+        for row, w in zip(walked.tolist(), weight[walked].tolist(), strict=True):
+            edge = cast(MemoryEdge, rows[row])
+            edges_used[(edge.src, edge.dst, edge.type._value_)] = w
+    return Scored(ids=list(map(cids.__getitem__, keep)),
                   was_seed=[i < seed_count for i in keep], dense=columns[0],
                   lexical=columns[1], graph=columns[2], frequency=columns[3],
                   personal=columns[4], success=columns[5], relevance=columns[6],
-                  score=columns[7], edges_used=edges_used)
+                  score=columns[7], subgraph=sub, edges_used=edges_used)
 
 
-def _code(index: PositionalIndex, value: str | None) -> int:
+def _code(code_of: Mapping[str, int], value: str | None) -> int:
     if value is None:
         return NONE_CODE
-    return index.codes.get(value, UNKNOWN_CODE)
+    return code_of.get(value, UNKNOWN_CODE)
 
 
-def _scope_codes(index: PositionalIndex, scope: Scope) -> tuple[IntArray, IntArray]:
+def _scope_codes(code_of: Mapping[str, int], scope: Scope) -> tuple[IntArray, IntArray]:
     """The scope's fields (0 user, 1 agent, 2 run) and wanted codes, in scope order. A
     wanted code below -1 equals no owner's code: a tagged owner conflicts with it (the
     walk) and no owner confirms it (the rerank), as for an unverifiable value."""
     fields = [OWNER_FIELDS.index(name) for name in scope]
     wants = [UNVERIFIABLE_CODE if want is UNVERIFIABLE
-             else index.codes.get(str(want), UNKNOWN_CODE) for want in scope.values()]
+             else code_of.get(str(want), UNKNOWN_CODE) for want in scope.values()]
     return np.array(fields, np.int64), np.array(wants, np.int64)
 
 
-def _walk_rows(seed_at: Any, start: Any, other: Any, row: Any, weight: Any, real: Any,
-               archived: Any, owner: Any, fields: Any, wants: Any, check_archived: bool,
-               depth: int, max_candidates: int, edge_floor: float) -> tuple[Any, Any, Any]:
+def _walk_rows(seed_at: Any, start: Any, count: Any, other: Any, row: Any, weight: Any,
+               real: Any, archived: Any, user: Any, agent: Any, run: Any, fields: Any,
+               wants: Any, check_archived: bool, depth: int, max_candidates: int,
+               edge_floor: float, slot: Any, verdict: Any, is_seed: Any,
+               walked_seen: Any) -> tuple[Any, Any, Any]:
     """`expand_bfs` over positions (compiled by `_walk`): the positions found after the
     seeds in discovery order, the reach of seeds and found (in that order), and the rows
     of the edges walked, in first-traversal order."""
-    n = real.shape[0]
-    slot = np.full(n, -1, np.int64)          # position -> index in `order`, -1: not reached
-    verdict = np.zeros(n, np.uint8)          # 0 not judged, 1 open, 2 blocked
-    is_seed = np.zeros(n, np.uint8)
+    # Scratch, left as found (all -1 / 0): slot (position -> index in `order`, -1: not
+    # reached), verdict (0 not judged, 1 open, 2 blocked), is_seed, walked_seen (by row).
+    judged = np.empty(16, np.int64)
+    judged_count = 0
     order = np.empty(max(max_candidates, seed_at.shape[0]) + 1, np.int64)
     value = np.empty(order.shape[0], np.float64)
     size = 0
@@ -338,8 +418,7 @@ def _walk_rows(seed_at: Any, start: Any, other: Any, row: Any, weight: Any, real
             size += 1
     frontier = seed_at.copy()
     frontier_value = np.ones(seed_at.shape[0])
-    walked_seen = np.zeros(weight.shape[0], np.uint8)
-    walked = np.empty(weight.shape[0], np.int64)
+    walked = np.empty(16, np.int64)
     walked_count = 0
     blocking = check_archived or fields.shape[0] > 0
     for _ in range(depth):
@@ -347,7 +426,7 @@ def _walk_rows(seed_at: Any, start: Any, other: Any, row: Any, weight: Any, real
             break
         room = 0
         for i in range(frontier.shape[0]):
-            room += start[frontier[i] + 1] - start[frontier[i]]
+            room += count[frontier[i]]
         next_frontier = np.empty(room, np.int64)
         next_value = np.empty(room, np.float64)
         width = 0
@@ -357,26 +436,32 @@ def _walk_rows(seed_at: Any, start: Any, other: Any, row: Any, weight: Any, real
             accum = frontier_value[i]
             if check_archived and real[at] == 1 and archived[at] == 1:
                 continue
-            for j in range(start[at], start[at + 1]):
+            for j in range(start[at], start[at] + count[at]):
                 to = other[j]
                 edge_row = row[j]
                 w = weight[edge_row]
                 if w < edge_floor:
                     continue
                 if blocking:
-                    judged = verdict[to]
-                    if judged == 0:
+                    if verdict[to] == 0:
                         blocked = check_archived and real[to] == 1 and archived[to] == 1
                         if not blocked and fields.shape[0] > 0 and real[to] == 1 and (
                                 is_seed[to] == 0):
                             for f in range(fields.shape[0]):
-                                tag = owner[fields[f], to]
+                                field = fields[f]
+                                tag = user[to] if field == 0 else (
+                                    agent[to] if field == 1 else run[to])
                                 if tag != -1 and tag != wants[f]:
                                     blocked = True
                                     break
-                        judged = 2 if blocked else 1
-                        verdict[to] = judged
-                    if judged == 2:
+                        if judged_count == judged.shape[0]:
+                            grown = np.empty(2 * judged_count, np.int64)
+                            grown[:judged_count] = judged
+                            judged = grown
+                        judged[judged_count] = to
+                        judged_count += 1
+                        verdict[to] = 2 if blocked else 1
+                    if verdict[to] == 2:
                         continue
                 w = w if w < 1.0 else 1.0
                 propagated = accum * (w if w > 0.0 else 0.0)
@@ -395,6 +480,10 @@ def _walk_rows(seed_at: Any, start: Any, other: Any, row: Any, weight: Any, real
                     width += 1
                 if walked_seen[edge_row] == 0:
                     walked_seen[edge_row] = 1
+                    if walked_count == walked.shape[0]:
+                        grown = np.empty(2 * walked_count, np.int64)
+                        grown[:walked_count] = walked
+                        walked = grown
                     walked[walked_count] = edge_row
                     walked_count += 1
                 if size >= max_candidates:
@@ -404,34 +493,58 @@ def _walk_rows(seed_at: Any, start: Any, other: Any, row: Any, weight: Any, real
                 break
         frontier = next_frontier[:width]
         frontier_value = next_value[:width]
+    for i in range(size):
+        slot[order[i]] = -1
+    for s in seed_at:
+        is_seed[s] = 0
+    for i in range(judged_count):
+        verdict[judged[i]] = 0
+    for i in range(walked_count):
+        walked_seen[walked[i]] = 0
     seeds = seed_at.shape[0]
     return order[seeds:size].copy(), value[:size].copy(), walked[:walked_count].copy()
 
 
 def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: Any,
-                node_owner: Any, payload_owner: Any, fields: Any, wants: Any, tenant: Any,
-                sub_tenant: Any, tenant_code: int, sub_tenant_code: int, vectors: Any,
-                norm_sq: Any, has_vector: Any, q: Any,
+                user: Any, agent: Any, run: Any, payload_user: Any, payload_agent: Any,
+                payload_run: Any, fields: Any, wants: Any,
+                tenant: Any, sub_tenant: Any, tenant_code: int, sub_tenant_code: int,
+                vectors: Any, norm_sq: Any, has_vector: Any, q: Any,
                 q_norm: float, similarity: int, relevance: Any, access: Any, peak: int,
-                token_start: Any, token_ids: Any, query_ids: Any, query_size: int,
-                personal: Any, success: Any, weights: Any, out: Any) -> tuple[Any, bool]:
-    """`featurize`'s loop over positions (compiled by `_score`): which candidates are
-    kept, and for each the dense, lexical, graph, frequency, personal, success and
-    relevance terms and the final score, in `out`'s rows 0-7 (by reach index)."""
+                token_start: Any, token_count: Any, token_ids: Any, query_ids: Any,
+                query_size: int, personal: Any, success: Any, weights: Any,
+                odd_payload: Any, odd_vector: Any, walked: Any, row_src: Any, row_dst: Any,
+                scoped: bool, mark: Any, out: Any) -> tuple[Any, int, Any, int]:
+    """`featurize`'s loop over positions (compiled by `_score`), then `subgraph`'s pick.
+
+    Returns the reach indices of the candidates kept and how many; `out`'s rows 0-7 hold,
+    for the j-th kept, its dense, lexical, graph, frequency, personal, success and relevance
+    terms and its final score; the walked rows the subgraph keeps (with a scope, those
+    between two kept candidates; `mark`, all zeros, is borrowed for that); and a status: 0,
+    or 1 where `cosine` would raise, 2 where a candidate's payload or embedding cannot be
+    coded (`odd_*`) or its vector is not the query's size: the object path runs instead.
+    """
     k = order.shape[0]
-    kept = np.zeros(k, np.bool_)
+    kept = np.empty(k, np.int64)
+    m = 0
+    no_rows = walked[:0]
     alpha, beta, gamma = weights[0], weights[1], weights[2]
     epsilon, delta, zeta = weights[3], weights[4], weights[5]
     q_root = math.sqrt(q_norm)
     for i in range(k):
         p = order[i]
+        if odd_payload[p] == 1 or (similarity == 1 and (odd_vector[p] == 1 or (
+                has_vector[p] == 1 and q.shape[0] != vectors.shape[1]))):
+            return kept[:0], 0, no_rows, 2
         is_real = real[p] == 1
         if i >= seed_count:
             confirmed = True
             for f in range(fields.shape[0]):
-                tag = payload_owner[fields[f], p]
+                field = fields[f]
+                tag = payload_user[p] if field == 0 else (
+                    payload_agent[p] if field == 1 else payload_run[p])
                 if tag == -1 and is_real:
-                    tag = node_owner[fields[f], p]
+                    tag = user[p] if field == 0 else (agent[p] if field == 1 else run[p])
                 if tag == -1 or tag != wants[f]:
                     confirmed = False
                     break
@@ -444,7 +557,7 @@ def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: 
             tag = sub_tenant[p]
             if sub_tenant_code != -1 and tag != -1 and tag != sub_tenant_code:
                 continue
-        kept[i] = True
+        kept[m] = i
         dense = seed_dense[i]
         if i >= seed_count and similarity == 1 and has_vector[p] == 1:
             if q.shape[0] == 0 or q_norm == 0.0 or norm_sq[p] == 0.0:
@@ -455,7 +568,7 @@ def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: 
                     dot += q[j] * vectors[p, j]
                 denominator = q_root * math.sqrt(norm_sq[p])
                 if denominator == 0.0:
-                    return kept, True
+                    return kept[:0], 0, no_rows, 1
                 value = dot / denominator
             if value > dense:
                 dense = value
@@ -466,7 +579,7 @@ def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: 
                 t = query_ids[a]
                 if t < 0:
                     continue
-                for j in range(token_start[p], token_start[p + 1]):
+                for j in range(token_start[p], token_start[p] + token_count[p]):
                     if token_ids[j] == t:
                         common += 1
                         break
@@ -497,16 +610,30 @@ def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: 
             v = v if v < 1.0 else 1.0
             success_term = v if v > 0.0 else 0.0
         graph_term = reach[i]
-        out[0, i] = dense
-        out[1, i] = lexical
-        out[2, i] = graph_term
-        out[3, i] = frequency
-        out[4, i] = personal_term
-        out[5, i] = success_term
-        out[6, i] = r
-        out[7, i] = (alpha * dense + beta * lexical + gamma * graph_term + epsilon * frequency
+        out[0, m] = dense
+        out[1, m] = lexical
+        out[2, m] = graph_term
+        out[3, m] = frequency
+        out[4, m] = personal_term
+        out[5, m] = success_term
+        out[6, m] = r
+        out[7, m] = (alpha * dense + beta * lexical + gamma * graph_term + epsilon * frequency
                      + delta * personal_term + zeta * success_term) * r
-    return kept, False
+        m += 1
+    if not scoped:
+        return kept[:m], m, walked, 0
+    for j in range(m):
+        mark[order[kept[j]]] = 1
+    between = np.empty(walked.shape[0], np.int64)
+    b = 0
+    for j in range(walked.shape[0]):
+        row = walked[j]
+        if mark[row_src[row]] == 1 and mark[row_dst[row]] == 1:
+            between[b] = row
+            b += 1
+    for j in range(m):
+        mark[order[kept[j]]] = 0
+    return kept[:m], m, between[:b], 0
 
 
 @functools.cache
@@ -515,5 +642,5 @@ def _walk() -> Callable[..., tuple[Any, Any, Any]]:
 
 
 @functools.cache
-def _score() -> Callable[..., tuple[Any, bool]]:
+def _score() -> Callable[..., tuple[Any, int, Any, int]]:
     return exact_njit(_score_rows)

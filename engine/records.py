@@ -31,6 +31,11 @@ from typing import TYPE_CHECKING, Any, Self
 if TYPE_CHECKING:
     from .graph import EdgeType
 
+# The node fields coded in `NodeColumns.codes`, in that order.
+CODE_FIELDS = ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id")
+NONE_CODE = -1      # the id is None
+EXOTIC_CODE = -4    # the id is not a str (then `codes_exotic` is set)
+
 _EPOCH = datetime(1970, 1, 1)
 _MICROSECOND = _EPOCH.resolution
 # Naive datetime -> µs since 1970. Times repeat a lot (a tick stamps every edge with the
@@ -65,8 +70,8 @@ class NodeColumns:
     bool sets `exotic`, and then the tick reads the objects, never the bytes.)
     """
 
-    __slots__ = ("accessed", "anchor_us", "archived", "archived_flags", "exotic", "floor",
-                 "relevance", "updated_at")
+    __slots__ = ("access", "accessed", "anchor_us", "archived", "archived_flags", "code_of",
+                 "codes", "codes_exotic", "exotic", "floor", "real", "relevance", "updated_at")
 
     def __init__(self) -> None:
         self.relevance: MutableSequence[Any] = array("d")
@@ -77,6 +82,17 @@ class NodeColumns:
         self.accessed: list[Any] = []
         self.anchor_us = array("q")   # of `last_accessed_at or updated_at`; 0 if exotic
         self.exotic = False
+        # For the positional search (engine/positional.py): the owner ids (user, agent,
+        # run) and tenant ids (tenant, sub-tenant) of each node as integer codes
+        # (`CODE_FIELDS`; NONE_CODE for None, else the id's number in `code_of`), its
+        # access count, and 1 for a node, 0 for a bare position. A value the codes cannot
+        # stand for exactly (an id that is not a str, a count that is not an int) sets
+        # `codes_exotic`, and searches then read the objects.
+        self.codes = tuple(array("q") for _ in CODE_FIELDS)
+        self.access = array("q")
+        self.real = bytearray()
+        self.code_of: dict[str, int] = {}
+        self.codes_exotic = False
 
     def append(self, relevance: Any, floor: Any, archived: Any, updated_at: Any,
                accessed: Any) -> int:
@@ -95,6 +111,10 @@ class NodeColumns:
             self.exotic = True
             us = 0
         self.anchor_us.append(us)
+        for codes in self.codes:
+            codes.append(NONE_CODE)
+        self.access.append(0)
+        self.real.append(1)
         return len(self.archived) - 1
 
     def append_bare(self) -> None:
@@ -106,6 +126,39 @@ class NodeColumns:
         self.updated_at.append(_EPOCH)
         self.accessed.append(None)
         self.anchor_us.append(0)
+        for codes in self.codes:
+            codes.append(NONE_CODE)
+        self.access.append(0)
+        self.real.append(0)
+
+    def code(self, value: Any) -> int:
+        """The code of an owner or tenant id (None: NONE_CODE)."""
+        if value is None:
+            return NONE_CODE
+        if type(value) is not str:
+            self.codes_exotic = True
+            return EXOTIC_CODE
+        found = self.code_of.get(value)
+        if found is None:
+            found = self.code_of[value] = len(self.code_of)
+        return found
+
+    def put_code(self, row: int, field: int, value: Any) -> None:
+        self.codes[field][row] = self.code(value)
+
+    def put_access(self, row: int, value: Any) -> None:
+        if type(value) is int and -(1 << 63) <= value < (1 << 63):
+            self.access[row] = value
+        else:
+            self.codes_exotic = True
+            self.access[row] = 0
+
+    def put_node(self, row: int, node: MemoryNode) -> None:
+        """The codes and access count of `node`, now at `row`."""
+        for field, name in enumerate(CODE_FIELDS):
+            self.codes[field][row] = self.code(getattr(node, name))
+        self.put_access(row, node.access_count)
+        self.real[row] = 1
 
     def go_exotic(self) -> None:
         self.exotic = True
@@ -149,6 +202,12 @@ class _LooseNode(NodeColumns):
         self.accessed = [accessed]
         self.anchor_us = array("q", [0])
         self.exotic = False
+
+    def put_code(self, row: int, field: int, value: Any) -> None:
+        """Nothing to code: a node is coded when it is bound to a graph."""
+
+    def put_access(self, row: int, value: Any) -> None:
+        """As `put_code`."""
 
 
 class EdgeColumns:
@@ -256,10 +315,10 @@ class _Record:
 class MemoryNode(_Record):
     """A memory (MSPR.md 2.1). Fields and defaults as the library's; compared by value."""
 
-    __slots__ = ("_cols", "_id", "_row", "access_count", "agent_id", "created_at", "hash",
+    __slots__ = ("_access_count", "_agent_id", "_cols", "_id", "_row", "_run_id",
+                 "_sub_tenant_id", "_tenant_id", "_user_id", "created_at", "hash",
                  "helpful_count", "last_feedback_at", "metadata", "prev_version_id",
-                 "run_id", "sub_tenant_id", "tenant_id", "unhelpful_count", "user_id",
-                 "version")
+                 "unhelpful_count", "version")
     FIELDS = ("id", "hash", "created_at", "updated_at", "version", "prev_version_id",
               "relevance", "relevance_floor", "archived", "user_id", "agent_id", "run_id",
               "last_accessed_at", "access_count", "helpful_count", "unhelpful_count",
@@ -282,15 +341,15 @@ class MemoryNode(_Record):
         self.created_at = created_at
         self.version = version
         self.prev_version_id = prev_version_id
-        self.user_id = user_id
-        self.agent_id = agent_id
-        self.run_id = run_id
-        self.access_count = access_count
+        self._user_id = user_id
+        self._agent_id = agent_id
+        self._run_id = run_id
+        self._access_count = access_count
         self.helpful_count = helpful_count
         self.unhelpful_count = unhelpful_count
         self.last_feedback_at = last_feedback_at
-        self.tenant_id = tenant_id
-        self.sub_tenant_id = sub_tenant_id
+        self._tenant_id = tenant_id
+        self._sub_tenant_id = sub_tenant_id
         self.metadata = {} if metadata is None else metadata
         self._cols = _LooseNode(relevance, relevance_floor, archived, updated_at,
                                 last_accessed_at)
@@ -350,6 +409,61 @@ class MemoryNode(_Record):
         self._cols.accessed[self._row] = value
         self._cols.refresh_anchor(self._row)
 
+    # ---- values kept also as codes in a graph's columns -------------------------------
+    @property
+    def user_id(self) -> str | None:
+        return self._user_id
+
+    @user_id.setter
+    def user_id(self, value: str | None) -> None:
+        self._user_id = value
+        self._cols.put_code(self._row, 0, value)
+
+    @property
+    def agent_id(self) -> str | None:
+        return self._agent_id
+
+    @agent_id.setter
+    def agent_id(self, value: str | None) -> None:
+        self._agent_id = value
+        self._cols.put_code(self._row, 1, value)
+
+    @property
+    def run_id(self) -> str | None:
+        return self._run_id
+
+    @run_id.setter
+    def run_id(self, value: str | None) -> None:
+        self._run_id = value
+        self._cols.put_code(self._row, 2, value)
+
+    @property
+    def tenant_id(self) -> str | None:
+        return self._tenant_id
+
+    @tenant_id.setter
+    def tenant_id(self, value: str | None) -> None:
+        self._tenant_id = value
+        self._cols.put_code(self._row, 3, value)
+
+    @property
+    def sub_tenant_id(self) -> str | None:
+        return self._sub_tenant_id
+
+    @sub_tenant_id.setter
+    def sub_tenant_id(self, value: str | None) -> None:
+        self._sub_tenant_id = value
+        self._cols.put_code(self._row, 4, value)
+
+    @property
+    def access_count(self) -> int:
+        return self._access_count
+
+    @access_count.setter
+    def access_count(self, value: int) -> None:
+        self._access_count = value
+        self._cols.put_access(self._row, value)
+
     # ---- binding -------------------------------------------------------------------
     def _column_values(self) -> tuple[Any, Any, Any, Any, Any]:
         cols, row = self._cols, self._row
@@ -361,6 +475,7 @@ class MemoryNode(_Record):
         row = cols.append(*self._column_values())
         self._cols = cols
         self._row = row
+        cols.put_node(row, self)
         return row
 
     def bound_to(self, cols: NodeColumns, row: int) -> bool:
@@ -375,6 +490,7 @@ class MemoryNode(_Record):
         cols.updated_at[row] = updated_at
         cols.accessed[row] = accessed
         cols.refresh_anchor(row)
+        cols.put_node(row, self)
         self._cols = cols
         self._row = row
 

@@ -17,9 +17,9 @@ from .decay import DecayReport, maybe_tick_decay
 from .feedback import personal_boosts
 from .graph import Embedding, FloatArray
 from .intent import EDGE_TYPE_PRIORS, Intent, IntentResult, apply_weight_override
-from .positional import Scored, expand_and_score, sync_access
+from .positional import Scored, cache_for, expand_and_score
 from .ppr import expand_ppr
-from .rerank import Candidate, Provider, SubgraphEdge, featurize, rank, subgraph, subgraph_of
+from .rerank import Candidate, Provider, SubgraphEdge, featurize, rank, subgraph
 from .roles import RoleContext, apply_role_policy, role_context_from_filters
 from .scope import SCOPE_KEYS, Scope, scope_from_filters
 from .seeds import Payload, trim_seeds
@@ -257,7 +257,7 @@ def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payloa
         return outcome
     if scored.positional is not None:
         positional = scored.positional
-        outcome.subgraph = subgraph_of(scored.edges_used, positional.scored.ids, scored.scope)
+        outcome.subgraph = positional.scored.subgraph
         results = positional.ranked(req.limit)
     else:
         outcome.subgraph = subgraph(scored.edges_used, outcome.candidates, scored.scope)
@@ -266,11 +266,8 @@ def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payloa
         results = _soft_filter(state, results, ctx)
     outcome.results = results
     if counts_access(state.config):
-        index = state.positional
         for c in results[:req.limit]:
             state.graph.record_access(c.id, now)
-            if index is not None and (node := state.graph.nodes.get(c.id)) is not None:
-                sync_access(index, c.id, node.access_count)
     if mspr.enabled:
         outcome.telemetry = _telemetry(state, outcome, scored.seed_count)
     return outcome
@@ -362,26 +359,27 @@ def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
 def _positional(state: EngineState, retrieval: RetrievalConfig, seeds: dict[str, Payload],
                 scope: Scope, req: SearchRequest, filters: Mapping[str, Any],
                 ctx: RoleContext, role_on: bool, outcome: SearchOutcome) -> _Positional | None:
-    """The BFS expansion and the features over `state.positional`, when it is set and
-    the search needs nothing it leaves to the object path."""
-    index = state.positional
+    """The BFS expansion and the features over node positions (engine/positional.py),
+    unless the search needs what only the object path does."""
     corrections = state.config.corrections
-    if (index is None or retrieval.algorithm != "bfs"
+    if (not state.positional_search or retrieval.algorithm != "bfs"
             or (corrections.apply_edge_type_priors and outcome.intent is not None
                 and EDGE_TYPE_PRIORS.get(outcome.intent.label))
             or (corrections.strict_role_isolation and role_on)):
         return None
     tenant = filters.get("tenant_id")
     sub_tenant = filters.get("sub_tenant_id")
+    graph = state.graph
     scored = expand_and_score(
-        index, retrieval, query=req.query, seeds=seeds, scope=scope,
+        graph, cache_for(state, graph), state.payloads, retrieval, query=req.query,
+        seeds=seeds, scope=scope,
         query_embedding=_query_embedding(req.query_embedding),
         personal=_personal_provider(state, retrieval, ctx),
         success=_success_provider(state, retrieval, req.query, ctx),
         tenant_id=tenant if isinstance(tenant, str) else None,
         sub_tenant_id=sub_tenant if isinstance(sub_tenant, str) else None,
         include_archived=req.include_archived,
-        peak=state.graph.peak_access_count() if retrieval.epsilon_frequency > 0 else 0)
+        peak=graph.peak_access_count() if retrieval.epsilon_frequency > 0 else 0)
     if scored is None:
         return None
     return _Positional(scored, seeds, list(map(state.payloads.get, scored.ids)))

@@ -13,7 +13,7 @@ from .roles import RolePolicy
 from .success import SuccessStore
 
 if TYPE_CHECKING:
-    from .positional import PositionalIndex
+    from .positional import CandidateCache
 
 Payload = dict[str, Any]
 
@@ -25,9 +25,9 @@ class EngineState:
     `payloads` is the vector store: memory id -> the stored payload (`data`, `hash`,
     `created_at`, `updated_at`, owner ids, and every other key flat, as `Memory.add` stores).
 
-    `positional` (work in progress, engine/positional.py): a snapshot index that BFS
-    searches use instead of the objects when set. Phase 1 leaves keeping it current to
-    whoever sets it: set it only on a state that no longer changes.
+    `positional_search` lets BFS searches run over node positions (engine/positional.py:
+    the same results, bit for bit; off, every search takes the object path, as for
+    measuring one against the other); `positional` is that path's cache.
     """
 
     config: EngineConfig
@@ -37,7 +37,8 @@ class EngineState:
     success: SuccessStore | None = None
     intent: IntentRouter | None = None
     policy: RolePolicy | None = None
-    positional: PositionalIndex | None = None
+    positional_search: bool = True
+    positional: CandidateCache | None = None
 
 
 def new_state(config: EngineConfig, *, classifier: Classifier | None = None,

@@ -1,6 +1,7 @@
 """The positional path (engine/positional.py) against the object path it stands in for:
 `expand_bfs` then `featurize`, candidate for candidate and bit for bit, on random graphs,
-scopes, tenants, seeds, query vectors, providers and weights."""
+scopes, tenants, seeds, query vectors, providers and weights; and whole searches with it
+on and off, on the bench's graphs and through random writes between searches."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from msprlab.engine import EngineConfig, new_state
 from msprlab.engine.bfs import expand_bfs
 from msprlab.engine.config import RetrievalConfig
 from msprlab.engine.graph import Embedding
-from msprlab.engine.positional import PositionalIndex, expand_and_score
-from msprlab.engine.rerank import featurize
+from msprlab.engine.positional import CandidateCache, expand_and_score
+from msprlab.engine.rerank import featurize, subgraph
 from msprlab.engine.search import resolve_payloads, search
 from msprlab.engine.state import EngineState
 
@@ -80,8 +81,7 @@ def object_path(state: EngineState, cfg: RetrievalConfig, **kw: Any) -> tuple[An
 def test_positional_path_matches_the_object_path(case: int) -> None:
     rng = random.Random(7_000 + case)
     state = random_state(rng)
-    index = PositionalIndex.build(state)
-    assert index is not None
+    cache = CandidateCache(state.graph)
     table = {f"m{i}": rng.choice([0.0, -2.0, 3.0, rng.uniform(-1, 1), rng.random()])
              for i in range(40)}
     cfg = random_config(rng)
@@ -97,29 +97,36 @@ def test_positional_path_matches_the_object_path(case: int) -> None:
         "sub_tenant_id": rng.choice([None, None, "s0"]),
         "include_archived": rng.random() < 0.3}
     want, used = object_path(state, cfg, **kw)
-    scored = expand_and_score(index, cfg, peak=state.graph.peak_access_count(), **kw)
-    assert scored is not None
-    got = scored.candidates(kw["seeds"],
-                            lambda cid: resolve_payloads(state, [cid]).get(cid))
-    assert [candidate_bits(c) for c in got] == [candidate_bits(c) for c in want]
-    assert list(scored.edges_used.items()) == list(used.items())
+    for _ in range(2):  # a cache that starts empty, then the same one again
+        scored = expand_and_score(state.graph, cache, state.payloads, cfg,
+                                  peak=state.graph.peak_access_count(), want_edges=True, **kw)
+        assert scored is not None
+        got = scored.candidates(kw["seeds"],
+                                lambda cid: resolve_payloads(state, [cid]).get(cid))
+        assert [candidate_bits(c) for c in got] == [candidate_bits(c) for c in want]
+        assert list(scored.edges_used.items()) == list(used.items())
+        assert scored.subgraph == subgraph(used, want, kw["scope"])
 
 
-def test_an_index_is_refused_where_the_columns_cannot_vouch() -> None:
+def fallback(state: EngineState, seeds: dict[str, Any]) -> bool:
+    return expand_and_score(
+        state.graph, CandidateCache(state.graph), state.payloads, RetrievalConfig(),
+        query="q", seeds=seeds, scope={}, query_embedding=None, personal=None, success=None,
+        tenant_id=None, sub_tenant_id=None, include_archived=False, peak=0) is None
+
+
+def test_an_owner_that_is_not_a_str_sends_searches_to_the_object_path() -> None:
     state = random_state(random.Random(1))
+    seeds = random_seeds(random.Random(1), state)
+    assert not fallback(state, seeds)
     node = next(n for n in state.graph.nodes.values() if n is not None)
     node.user_id = 42  # type: ignore[assignment]  # str() would have to stand in for it
-    assert PositionalIndex.build(state) is None
+    assert fallback(state, seeds)
 
 
 def test_a_seed_outside_the_graph_falls_back() -> None:
     state = random_state(random.Random(2))
-    index = PositionalIndex.build(state)
-    assert index is not None
-    seeds = {"nowhere": {"id": "nowhere", "memory": "", "score": 0.5}}
-    assert expand_and_score(index, RetrievalConfig(), query="q", seeds=seeds, scope={},
-                            query_embedding=None, personal=None, success=None, tenant_id=None,
-                            sub_tenant_id=None, include_archived=False, peak=0) is None
+    assert fallback(state, {"nowhere": {"id": "nowhere", "memory": "", "score": 0.5}})
 
 
 # ---- whole searches ----------------------------------------------------------------------
@@ -141,19 +148,16 @@ def outcome_bits(outcome: Any) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_searches_over_a_kept_index_match_the_object_path(seed: int) -> None:
-    """The bench's graphs and requests, all signals on, each request twice: one state
-    searched with an index built after the first search (kept current by the searches'
-    access counting), one without; every outcome the same, bit for bit."""
+def test_whole_searches_match_the_object_path(seed: int) -> None:
+    """The bench's graphs and requests, all signals on, each request twice (the searches
+    count accesses, so the second time differs): one state searched over positions, one
+    over the objects; every outcome the same, bit for bit."""
     from msprlab.experiments import bench_engine
 
     world, reqs = bench_world(400, seed)
     plain, indexed = (bench_engine.build(world, "bfs") for _ in range(2))
+    plain.positional_search = False
     now = bench_engine.NOW
-    assert outcome_bits(search(plain, reqs[0], now=now)) == outcome_bits(
-        search(indexed, reqs[0], now=now))
-    indexed.positional = PositionalIndex.build(indexed)
-    assert indexed.positional is not None
     used = 0
     for req in reqs + reqs:
         want = search(plain, req, now=now)
@@ -161,3 +165,134 @@ def test_searches_over_a_kept_index_match_the_object_path(seed: int) -> None:
         used += callable(got._candidates)  # the positional path ran: candidates not yet made
         assert outcome_bits(got) == outcome_bits(want)
     assert used == 2 * len(reqs)
+
+
+# ---- writes between searches -------------------------------------------------------------
+
+
+def _replace_payload(state: EngineState, rng: random.Random, mid: str) -> None:
+    state.payloads[mid] = {**state.payloads.get(mid, {}), "data": rng.choice(WORDS),
+                           "user_id": rng.choice(OWNERS)}
+
+
+def _edit_payload(state: EngineState, rng: random.Random, mid: str) -> None:
+    stored = state.payloads.get(mid)
+    if stored is not None:
+        stored[rng.choice(["data", "user_id", "agent_id"])] = rng.choice(WORDS + OWNERS)
+
+
+def _drop_payload(state: EngineState, rng: random.Random, mid: str) -> None:
+    state.payloads.pop(mid, None)
+
+
+def _node_fields(state: EngineState, rng: random.Random, mid: str) -> None:
+    node = state.graph.get(mid)
+    if node is not None:
+        setattr(node, rng.choice(["user_id", "tenant_id", "sub_tenant_id", "agent_id"]),
+                rng.choice(["u1", "u2", "t0", "t1", None]))
+        node.access_count = rng.randrange(0, 30)
+        node.relevance = rng.choice([0.2, 1.0, 1.5])
+        node.archived = rng.random() < 0.3
+
+
+def _replace_node(state: EngineState, rng: random.Random, mid: str) -> None:
+    from msprlab.engine.graph import MemoryNode
+    from msprlab.experiments.bench_engine import NOW
+
+    state.graph.add_node(MemoryNode(mid, "", NOW, NOW, user_id=rng.choice(OWNERS),
+                                    tenant_id="t0", access_count=rng.randrange(5)))
+
+
+def _new_memory(state: EngineState, rng: random.Random, mid: str) -> None:
+    from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
+    from msprlab.experiments.bench_engine import NOW
+
+    new = f"new{rng.randrange(1_000_000)}"
+    state.payloads[new] = {"data": rng.choice(WORDS), "user_id": rng.choice(OWNERS)}
+    state.graph.add_node(MemoryNode(new, "", NOW, NOW, user_id=rng.choice(OWNERS),
+                                    tenant_id="t0"))
+    state.graph.set_embedding(new, [rng.uniform(-1, 1) for _ in range(32)])
+    state.graph.upsert_edge(MemoryEdge(mid, new, EdgeType.REFINES, rng.random(), NOW, NOW))
+
+
+def _edges(state: EngineState, rng: random.Random, mid: str) -> None:
+    from msprlab.engine.graph import EdgeType, MemoryEdge
+    from msprlab.experiments.bench_engine import NOW
+
+    edges = list(state.graph.incident(mid))
+    if edges and rng.random() < 0.5:
+        state.graph.remove_edge(rng.choice(edges))
+    elif edges:
+        rng.choice(edges).weight = rng.choice([0.05, 0.5, 1.0])
+    other = f"m{rng.randrange(400)}"
+    state.graph.upsert_edge(MemoryEdge(mid, other, rng.choice(list(EdgeType)), rng.random(),
+                                       NOW, NOW))
+
+
+def _embedding(state: EngineState, rng: random.Random, mid: str) -> None:
+    state.graph.set_embedding(mid, [rng.uniform(-1, 1) for _ in range(32)])
+
+
+WORDS = ["what is w1 w2", "w3 w4 w5", "w1", "", "Alice's w2 seat"]
+OWNERS = ["u1", "u2", "u3", None]
+WRITES = [_replace_payload, _edit_payload, _drop_payload, _node_fields, _replace_node,
+          _new_memory, _edges, _embedding]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_searches_between_writes_match_the_object_path(seed: int) -> None:
+    """Random writes of every kind between searches, the same on both states: what the
+    positional path reads (columns, adjacency, its cache) must follow each of them."""
+    from msprlab.experiments import bench_engine
+
+    world, reqs = bench_world(400, seed)
+    plain, indexed = (bench_engine.build(world, "bfs") for _ in range(2))
+    plain.positional_search = False
+    now = bench_engine.NOW
+    rng = random.Random(seed)
+    used = 0
+    for step in range(120):
+        req = rng.choice(reqs)
+        if step % 2:
+            write = rng.choice(WRITES)
+            targets = [s.id for s in req.seeds] + [f"m{rng.randrange(400)}"]
+            mid = rng.choice(targets)
+            state = rng.getstate()
+            write(plain, rng, mid)
+            rng.setstate(state)  # the same draws for the other state
+            write(indexed, rng, mid)
+            continue
+        try:
+            want = search(plain, req, now=now)
+        except Exception as error:  # a write may leave a seed without its payload
+            with pytest.raises(type(error)):
+                search(indexed, req, now=now)
+            continue
+        got = search(indexed, req, now=now)
+        used += callable(got._candidates)
+        assert outcome_bits(got) == outcome_bits(want)
+    assert used >= 20
+
+
+def test_a_payload_owner_that_is_not_a_str_falls_back_before_the_scope_test() -> None:
+    """The object path compares str(owner): a payload owner 5 is confirmed by a scope of
+    "5" (the node, untagged, does not block the walk). The arrays cannot code 5, so the
+    search must fall back, not drop the candidate for want of an owner."""
+    from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
+    from msprlab.experiments.bench_engine import NOW
+
+    state = new_state(EngineConfig())
+    for mid, owner in (("a", "5"), ("b", None)):
+        state.graph.add_node(MemoryNode(mid, "", NOW, NOW, user_id=owner))
+        state.payloads[mid] = {"data": "w1", "user_id": owner}
+    state.payloads["b"]["user_id"] = 5
+    state.graph.upsert_edge(MemoryEdge("a", "b", EdgeType.REFINES, 0.9, NOW, NOW))
+    kw: dict[str, Any] = {
+        "query": "w1", "seeds": {"a": {"id": "a", "memory": "w1", "score": 0.5}},
+        "scope": {"user_id": "5"}, "query_embedding": None, "personal": None,
+        "success": None, "tenant_id": None, "sub_tenant_id": None, "include_archived": False}
+    cfg = RetrievalConfig()
+    want, _ = object_path(state, cfg, **kw)
+    assert [c.id for c in want] == ["a", "b"]  # b is kept on its payload's owner
+    assert expand_and_score(state.graph, CandidateCache(state.graph), state.payloads, cfg,
+                            peak=0, **kw) is None
