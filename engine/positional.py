@@ -34,6 +34,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, cast
 
 import numpy as np
@@ -57,6 +58,9 @@ UNVERIFIABLE_CODE = -3  # a wanted id that cannot be compared: matches nothing e
 _UNSEEN = object()      # a position the cache has not read yet
 _NO_TEXT = object()     # a stored payload without a "data" key
 _NO_VECTOR = np.zeros(0)
+_EMPTY: dict[str, Any] = {}  # stands for a memory with no stored payload (never written)
+
+
 
 
 class CandidateCache:
@@ -81,6 +85,11 @@ class CandidateCache:
         self.text: list[Any] = []
         self.owners: list[list[Any]] = [[], [], []]
         self.embedding: list[Any] = []
+        # `id` of each of those objects (0: unseen), for `check_all`'s comparisons.
+        self.payload_id = array("q")
+        self.text_id = array("q")
+        self.owner_id = [array("q") for _ in OWNER_FIELDS]
+        self.embedding_id = array("q")
         self.payload_owner = [array("q") for _ in OWNER_FIELDS]
         self.token_start = array("q")
         self.token_count = array("q")
@@ -118,6 +127,8 @@ class CandidateCache:
         extra = size - self.capacity
         for column in (self.payload, self.text, *self.owners, self.embedding):
             column.extend([_UNSEEN] * extra)
+        for ids in (self.payload_id, self.text_id, *self.owner_id, self.embedding_id):
+            ids.extend([0] * extra)
         for codes in self.payload_owner:
             codes.extend([NONE_CODE] * extra)
         self.token_start.extend([0] * extra)
@@ -130,41 +141,60 @@ class CandidateCache:
         self.vectors = vectors
         self.capacity = size
 
-    def check_all(self, positions: Iterable[int], stored: Iterable[Any],
-                  embeddings: Iterable[Any] | None, *, text: bool,
-                  fields: Iterable[int]) -> None:
-        """Bring these positions up to date with the payloads stored now (parallel
-        iterables) as far as a search reads them: the text when `text`, the owner ids of
-        `fields`; and with the embeddings, unless None (a search without a query vector).
-        What a search does not read is checked by the next one that does."""
-        seen = self.payload
-        checks = ([("data", self.text)] if text else []) + [
-            (OWNER_FIELDS[field], self.owners[field]) for field in fields]
-        for at, found in zip(positions, stored, strict=True):
-            if found is not seen[at]:
-                self._read_payload(at, found)
-            elif found:
-                for key, column in checks:
-                    if found.get(key, _NO_TEXT) is not column[at]:
-                        self._read_payload(at, found)
-                        break
+    def check_all(self, order: list[int], ids: list[str], payloads: Mapping[str, Any],
+                  embeddings: Mapping[str, Any] | None, *, text: bool,
+                  fields: Iterable[int]) -> bool:
+        """Bring the positions `order` (of the memories `ids`) up to date with the payloads
+        and embeddings stored now, as far as a search reads them: the payload's text when
+        `text`, its owner ids of `fields`, and the embeddings unless None (a search without
+        a query vector). What a search does not read is checked by the next one that does.
+
+        The objects are compared by identity, through lists of their `id`s compared whole
+        (C loops, no Python step per candidate): the cache holds every object it read, so
+        an equal `id` is the same object. False where a stored payload is not a dict (the
+        object path reads it).
+        """
+        stored = list(map(payloads.get, ids, repeat(_EMPTY)))
+        at = order.__getitem__
+        stale: set[int] = set()
+        _differ(array("q", map(id, stored)),
+                array("q", map(self.payload_id.__getitem__, order)), stale)
+        try:
+            if text:
+                found = map(dict.get, stored, repeat("data"), repeat(_NO_TEXT))
+                _differ(array("q", map(id, found)),
+                        array("q", map(self.text_id.__getitem__, order)), stale)
+            for field in fields:
+                found = map(dict.get, stored, repeat(OWNER_FIELDS[field]), repeat(_NO_TEXT))
+                _differ(array("q", map(id, found)),
+                        array("q", map(self.owner_id[field].__getitem__, order)), stale)
+        except TypeError:
+            return False
+        for i in sorted(stale):
+            self._read_payload(at(i), stored[i])
         if embeddings is not None:
-            vectors = self.embedding
-            for at, vector in zip(positions, embeddings, strict=True):
-                if vector is not vectors[at]:
-                    self._read_embedding(at, vector)
+            vectors = list(map(embeddings.get, ids))
+            stale.clear()
+            _differ(array("q", map(id, vectors)),
+                    array("q", map(self.embedding_id.__getitem__, order)), stale)
+            for i in sorted(stale):
+                self._read_embedding(at(i), vectors[i])
+        return True
 
     def _read_payload(self, at: int, stored: Any) -> None:
         self.payload[at] = stored
+        self.payload_id[at] = id(stored)
         odd = 0
         found: list[int] = []
         if stored:  # the resolver skips a stored payload that is empty
             text = stored.get("data", _NO_TEXT)
             self.text[at] = text
+            self.text_id[at] = id(text)
             code = self.graph.node_columns.code
             for field, name in enumerate(OWNER_FIELDS):
                 value = stored.get(name, _NO_TEXT)
                 self.owners[field][at] = value
+                self.owner_id[field][at] = id(value)
                 if value is _NO_TEXT or value is None:
                     self.payload_owner[field][at] = NONE_CODE
                 elif type(value) is str:
@@ -175,8 +205,10 @@ class CandidateCache:
                 found = self._token_ids(text)
         else:
             self.text[at] = _NO_TEXT
+            self.text_id[at] = id(_NO_TEXT)
             for field in range(3):
                 self.owners[field][at] = _NO_TEXT
+                self.owner_id[field][at] = id(_NO_TEXT)
                 self.payload_owner[field][at] = NONE_CODE
         self.odd_payload[at] = odd
         self.live_tokens += len(found) - self.token_count[at]
@@ -213,6 +245,7 @@ class CandidateCache:
 
     def _read_embedding(self, at: int, embedding: Any) -> None:
         self.embedding[at] = embedding
+        self.embedding_id[at] = id(embedding)
         self.has_vector[at] = 0
         self.odd_vector[at] = 0
         if embedding is None:
@@ -227,6 +260,12 @@ class CandidateCache:
         self.vectors[at] = vector
         self.norm_sq[at] = embedding.norm_sq
         self.has_vector[at] = 1
+
+
+def _differ(got: array[int], want: array[int], stale: set[int]) -> None:
+    """Add to `stale` the indices where the two lists differ (compared whole first)."""
+    if got != want:
+        stale.update(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
 
 
 def cache_for(holder: Any, graph: ContextGraph) -> CandidateCache:
@@ -313,9 +352,10 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
     ids = graph.node_ids
     cids = list(map(ids.__getitem__, order_list))
     query_tokens = tokens(query)
-    cache.check_all(order_list, map(payloads.get, cids),
-                    None if query_embedding is None else map(graph.embeddings.get, cids),
-                    text=bool(query_tokens), fields=fields.tolist())
+    if not cache.check_all(order_list, cids, payloads,
+                           None if query_embedding is None else graph.embeddings,
+                           text=bool(query_tokens), fields=fields.tolist()):
+        return None
     k = len(cids)
     seed_count = len(seed_at)
     seed_dense = np.zeros(k)

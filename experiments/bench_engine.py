@@ -6,11 +6,16 @@ same graphs and the same requests (through the parity adapter's public entry poi
 the ratio printed; the library's top results are checked against the engine's ("same").
 Both sides make the same calls: one warm-up search (it ticks decay), then the requests
 (`--searches`; fewer for PPR, the library being slow), then the same requests again.
-The first pass is the engine at its coldest: its per-memory caches (token sets, adjacency)
-start empty, each round on a freshly built state with the text cache emptied first, so it
-tokenizes every text it meets. The second pass is its steady state, those caches holding
-what the requests touch, as in a process that has served searches for a while; the library
-keeps no such caches, so its two passes cost about the same. Each graph is measured in
+The first pass is the engine at its coldest: its per-memory caches (what a search has read
+of each memory's payload and embedding: owner codes, token ids, the vector) start empty,
+each round on a freshly built state with the text cache emptied first, so it tokenizes every
+text it meets. The graph's integer adjacency, which it keeps up to date as edges come and go
+(as the library's graph does its adjacency), is brought up to date by the warm-up search,
+which builds it whole after the edges were added. The second pass is its steady state, the
+caches holding what the requests touch, as in a process that has served searches for a
+while; the library keeps no such caches, so its two passes cost about the same. For BFS the
+engine is also timed with its positional path off (`EngineState.positional_search`), to
+show what that path gains on the same requests. Each graph is measured in
 `--rounds` rounds, the engine then the library; a ratio printed is the median of the
 rounds' ratios, with their range: the machine's speed drifts, and the two sides of one
 round are close in time. Only the searches are timed, on both sides: building the state
@@ -331,6 +336,7 @@ class Round:
     engine: Passes
     library: Passes | None = None
     same: bool | None = None  # the library's rankings agree with the engine's, both passes
+    object_path: Passes | None = None  # BFS: the engine with its positional path off
 
     def ratios(self) -> tuple[float, float] | None:
         """Engine over library, first pass and second."""
@@ -347,15 +353,40 @@ def measure_graph(world: World, algorithm: str, reqs: Sequence[SearchRequest], r
     for _ in range(rounds):
         clear_token_cache()
         engine = time_engine(build(world, algorithm), reqs)
+        object_path = None
+        if algorithm == "bfs":
+            clear_token_cache()
+            state = build(world, algorithm)
+            state.positional_search = False
+            object_path = time_engine(state, reqs)
+            if object_path.rankings != engine.rankings:
+                raise RuntimeError("the positional and object paths ranked differently")
         if not with_library:
-            out.append(Round(engine))
+            out.append(Round(engine, object_path=object_path))
             continue
         library = time_library(world, algorithm, reqs)
         tolerance = AGREEMENT_TOLERANCE[algorithm]
         same = all(agree(ours, theirs, tolerance)
                    for ours, theirs in zip(engine.rankings, library.rankings, strict=True))
-        out.append(Round(engine, library, same))
+        out.append(Round(engine, library, same, object_path))
     return out
+
+
+def print_object_path(rounds: Sequence[Round]) -> None:
+    """The engine's object path (positional path off) in the same rounds, and how much
+    faster the positional path was (median of the rounds' ratios, both measured on the same
+    requests, rankings identical)."""
+    pairs = [(r.engine, r.object_path) for r in rounds if r.object_path is not None]
+    if not pairs:
+        return
+    median = statistics.median
+    cold = median(o.cold for _, o in pairs)
+    warm = median(o.warm for _, o in pairs)
+    gain_cold = median(e.cold / o.cold for e, o in pairs)
+    gain_warm = median(e.warm / o.warm for e, o in pairs)
+    print(f"{'':>19} object path only: {cold:.1f} / {warm:.1f} searches/s (1st / 2nd pass); "
+          f"the positional path {gain_cold:.2f}x / {gain_warm:.2f}x of it, same rankings",
+          flush=True)
 
 
 def main() -> None:
@@ -417,6 +448,7 @@ def main() -> None:
                 reference = LIBRARY_REFERENCE[algorithm].get(n, float("nan"))
                 print(f"{head} {cold:>9.1f} {warm:>9.1f} {reference:>9.0f} "
                       f"{cold / reference:>6.1f}x", flush=True)
+                print_object_path(rounds)
                 continue
             cells = []
             for i, (engine_rate, library_rate) in enumerate((
@@ -429,6 +461,7 @@ def main() -> None:
             same = all(r.same for r in rounds)
             print(f"{head} {' '.join(cells)}  {'same' if same else 'DIFFER'} ({count} "
                   "requests, both passes)", flush=True)
+            print_object_path(rounds)
 
 
 if __name__ == "__main__":
