@@ -31,6 +31,7 @@ from .adjacency import AdjacencyIndex
 from .records import EdgeColumns, LooseEdges, NodeColumns
 from .records import MemoryEdge as MemoryEdge
 from .records import MemoryNode as MemoryNode
+from .stores import ChangeLog
 
 FloatArray = npt.NDArray[np.float64]
 PositionArray = npt.NDArray[np.intp]
@@ -115,7 +116,7 @@ class ContextGraph:
         self.nodes: dict[str, MemoryNode | None] = {}
         self._succ: _Adjacency = {}
         self._pred: _Adjacency = {}
-        self.embeddings: dict[str, Embedding] = {}
+        self.embeddings: dict[str, Embedding] = ChangeLog()  # logs what changed
         self.last_decay_tick: datetime | None = None
         self.version = 0
         self._peak: int | None = None

@@ -276,16 +276,10 @@ _by_score = operator.attrgetter("score")
 def subgraph(edges_used: Mapping[EdgeKey, float], candidates: Sequence[Candidate],
              scope: Scope) -> list[SubgraphEdge]:
     """Walked edges; with a scope only those joining two candidates that survived."""
-    return subgraph_of(edges_used, [c.id for c in candidates], scope)
-
-
-def subgraph_of(edges_used: Mapping[EdgeKey, float], ids: Sequence[str],
-                scope: Scope) -> list[SubgraphEdge]:
-    """`subgraph` given the candidates' ids."""
     make = _subgraph_edge
     if not scope:
         return [make(src, dst, kind, weight) for (src, dst, kind), weight in edges_used.items()]
-    kept = set(ids)
+    kept = {c.id for c in candidates}
     if isinstance(edges_used, ViewEdges):  # a PPR view: pick the edges without a full pass
         return [make(src, dst, kind, weight)
                 for (src, dst, kind), weight in edges_used.between(kept)]

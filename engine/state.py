@@ -10,6 +10,7 @@ from .feedback import FeedbackStore
 from .graph import ContextGraph
 from .intent import Classifier, IntentRouter
 from .roles import RolePolicy
+from .stores import PayloadStore
 from .success import SuccessStore
 
 if TYPE_CHECKING:
@@ -24,6 +25,8 @@ class EngineState:
 
     `payloads` is the vector store: memory id -> the stored payload (`data`, `hash`,
     `created_at`, `updated_at`, owner ids, and every other key flat, as `Memory.add` stores).
+    A `PayloadStore` (engine/stores.py): it keeps a copy of each payload put in, and logs
+    which memories' payloads changed, for the positional search to re-read just those.
 
     `positional_search` lets BFS searches run over node positions (engine/positional.py:
     the same results, bit for bit; off, every search takes the object path, as for
@@ -32,7 +35,7 @@ class EngineState:
 
     config: EngineConfig
     graph: ContextGraph = field(default_factory=ContextGraph)
-    payloads: dict[str, Payload] = field(default_factory=dict)
+    payloads: dict[str, Payload] = field(default_factory=PayloadStore)
     feedback: FeedbackStore | None = None
     success: SuccessStore | None = None
     intent: IntentRouter | None = None

@@ -229,6 +229,25 @@ def _edges(state: EngineState, rng: random.Random, mid: str) -> None:
                                        NOW, NOW))
 
 
+def _late_payload(state: EngineState, rng: random.Random, mid: str) -> None:
+    """A payload and an embedding stored for a memory whose node comes later (or never)."""
+    late = f"late{rng.randrange(8)}"
+    state.payloads[late] = {"data": rng.choice(WORDS), "user_id": rng.choice(OWNERS)}
+    state.graph.set_embedding(late, [rng.uniform(-1, 1) for _ in range(32)])
+
+
+def _late_node(state: EngineState, rng: random.Random, mid: str) -> None:
+    """The node of such a memory, joined to `mid`."""
+    from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
+    from msprlab.experiments.bench_engine import NOW
+
+    late = f"late{rng.randrange(8)}"
+    if late in state.payloads and state.graph.get(late) is None:
+        state.graph.add_node(MemoryNode(late, "", NOW, NOW, user_id=rng.choice(OWNERS),
+                                        tenant_id="t0"))
+        state.graph.upsert_edge(MemoryEdge(mid, late, EdgeType.REFINES, 0.9, NOW, NOW))
+
+
 def _embedding(state: EngineState, rng: random.Random, mid: str) -> None:
     state.graph.set_embedding(mid, [rng.uniform(-1, 1) for _ in range(32)])
 
@@ -236,18 +255,24 @@ def _embedding(state: EngineState, rng: random.Random, mid: str) -> None:
 WORDS = ["what is w1 w2", "w3 w4 w5", "w1", "", "Alice's w2 seat"]
 OWNERS = ["u1", "u2", "u3", None]
 WRITES = [_replace_payload, _edit_payload, _drop_payload, _node_fields, _replace_node,
-          _new_memory, _edges, _embedding]
+          _new_memory, _edges, _embedding, _late_payload, _late_node, _late_node]
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_searches_between_writes_match_the_object_path(seed: int) -> None:
+@pytest.mark.parametrize("store", ["logged", "plain dict"])
+def test_searches_between_writes_match_the_object_path(seed: int, store: str) -> None:
     """Random writes of every kind between searches, the same on both states: what the
-    positional path reads (columns, adjacency, its cache) must follow each of them."""
+    positional path reads (columns, adjacency, its cache) must follow each of them, from
+    the stores' change logs, or by checking the objects when the payloads are a plain
+    dict."""
     from msprlab.experiments import bench_engine
 
     world, reqs = bench_world(400, seed)
     plain, indexed = (bench_engine.build(world, "bfs") for _ in range(2))
     plain.positional_search = False
+    if store == "plain dict":
+        for state in (plain, indexed):
+            state.payloads = {k: dict(v) for k, v in state.payloads.items()}
     now = bench_engine.NOW
     rng = random.Random(seed)
     used = 0
@@ -296,3 +321,30 @@ def test_a_payload_owner_that_is_not_a_str_falls_back_before_the_scope_test() ->
     assert [c.id for c in want] == ["a", "b"]  # b is kept on its payload's owner
     assert expand_and_score(state.graph, CandidateCache(state.graph), state.payloads, cfg,
                             peak=0, **kw) is None
+
+
+def test_a_node_added_after_its_payload_was_read_past_is_indexed() -> None:
+    """A payload stored, a search (its log entry read while the memory had no node), then
+    the node: the next search must index the new position, and rank the memory."""
+    from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
+    from msprlab.experiments import bench_engine
+
+    world, reqs = bench_world(400, 0)
+    req = reqs[0]
+    seed = req.seeds[0].id
+    assert seed is not None
+    plain, indexed = (bench_engine.build(world, "bfs") for _ in range(2))
+    plain.positional_search = False
+    now = bench_engine.NOW
+    owner = indexed.payloads[seed]["user_id"]
+    outcomes = []
+    for state in (plain, indexed):
+        search(state, req, now=now)
+        state.payloads["x"] = {"data": req.query, "user_id": owner, "tenant_id": "t0"}
+        state.graph.set_embedding("x", list(req.query_embedding or []))
+        search(state, req, now=now)
+        state.graph.add_node(MemoryNode("x", "", now, now, user_id=owner, tenant_id="t0"))
+        state.graph.upsert_edge(MemoryEdge(seed, "x", EdgeType.REFINES, 1.0, now, now))
+        outcomes.append(search(state, req, now=now))
+    assert outcome_bits(outcomes[1]) == outcome_bits(outcomes[0])
+    assert outcomes[1].results[0].id == "x"  # the query's own text and vector: ranked first
