@@ -18,7 +18,25 @@ from typing import Any
 _LOG_SIZE = 1 << 16
 
 
-class ChangeLog(dict[str, Any]):
+class _PlainCopies(dict[str, Any]):
+    """Copies, pickles and deep copies as plain dicts (a copy logs nothing)."""
+
+    __slots__ = ()
+
+    def copy(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return copy.deepcopy(dict(self), memo)
+
+
+class ChangeLog(_PlainCopies):
     """A dict that logs the keys whose values change (see the module docstring)."""
 
     __slots__ = ("changes", "epoch")
@@ -82,17 +100,6 @@ class ChangeLog(dict[str, Any]):
         self.update(other)
         return self
 
-    def copy(self) -> dict[str, Any]:
-        return dict(self)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (dict(self),))
-
-    def __copy__(self) -> dict[str, Any]:
-        return dict(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
-        return copy.deepcopy(dict(self), memo)
 
 
 class PayloadStore(ChangeLog):
@@ -107,7 +114,7 @@ class PayloadStore(ChangeLog):
         return value
 
 
-class StoredPayload(dict[str, Any]):
+class StoredPayload(_PlainCopies):
     """A payload in a `PayloadStore`: edits to it are logged as changes of its memory."""
 
     __slots__ = ("_key", "_store")
@@ -156,14 +163,3 @@ class StoredPayload(dict[str, Any]):
         self._changed()
         return self
 
-    def copy(self) -> dict[str, Any]:
-        return dict(self)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (dict(self),))
-
-    def __copy__(self) -> dict[str, Any]:
-        return dict(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
-        return copy.deepcopy(dict(self), memo)
