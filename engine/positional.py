@@ -70,8 +70,6 @@ _NO_VECTOR = np.zeros(0)
 _EMPTY: dict[str, Any] = {}  # stands for a memory with no stored payload (never written)
 
 
-
-
 class CandidateCache:
     """Per node position: what a search reads of the stored payload and the embedding.
 
