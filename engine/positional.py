@@ -20,18 +20,19 @@ What the loops read, and how it stays current:
   or embedding is put, removed or edited in place; the first search after such writes
   reads those memories (and every position added since) and nothing else. So the cost of
   indexing a memory is paid once, by the next search after it is written, and a search
-  that follows no writes reads no payload at all. Payloads kept in a plain dict instead
-  (a caller may assign one) have no log: then each search checks its candidates against
-  the objects stored now, by identity (`check_all`), and reads those that differ.
+  that follows no writes reads no payload at all. Payloads or embeddings a caller put in a
+  plain dict have no log: their searches take the object path.
 
 Measured (`make bench`, 10k memories, all signals on): the object path's per-candidate
-work, or checking each candidate's objects, costs about as much as the candidates' memory
-touches; what gains is not touching them at all, hence the logs.
+work, or checking each candidate's objects by identity at every search, costs about as
+much as the candidates' memory touches; what gains is not touching them at all, hence the
+logs.
 
 The object path stays the reference and the fallback: `expand_and_score` returns None
 wherever the arrays cannot stand in for the objects (a weight, relevance or flag the
 columns call exotic, an owner, tenant or count that is not a str or an int, embeddings of
-another shape, a seed outside the graph, a cosine that would raise), and the search runs
+another shape, a seed outside the graph, a cosine that would raise, payloads or
+embeddings without a change log), and the search runs
 the object path instead. Edge-type priors, PPR and strict isolation always take it.
 """
 
@@ -40,9 +41,8 @@ from __future__ import annotations
 import functools
 import math
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, cast
 
 import numpy as np
@@ -51,30 +51,25 @@ import numpy.typing as npt
 from .config import RetrievalConfig
 from .graph import ContextGraph, EdgeKey, Embedding
 from .jit import exact_njit
-from .records import NONE_CODE, MemoryEdge
+from .records import CODE_FIELDS, NONE_CODE, MemoryEdge
 from .rerank import Candidate, Provider, SubgraphEdge, _subgraph_edge
 from .scope import UNVERIFIABLE, Scope
 from .seeds import Payload
-from .stores import ChangeLog, PayloadStore, StoredPayload
+from .stores import ChangeLog, PayloadStore
 from .text import split_tokens, tokens
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-OWNER_FIELDS = ("user_id", "agent_id", "run_id")
+OWNER_FIELDS = CODE_FIELDS[:3]  # the owner ids, in the order of their codes
 UNKNOWN_CODE = -2       # a wanted id that no node or payload carries: matches nothing
 UNVERIFIABLE_CODE = -3  # a wanted id that cannot be compared: matches nothing either
-_UNSEEN = object()      # a position the cache has not read yet
-_NO_TEXT = object()     # a stored payload without a "data" key
 _NO_VECTOR = np.zeros(0)
-_EMPTY: dict[str, Any] = {}  # stands for a memory with no stored payload (never written)
 
 
 class CandidateCache:
     """Per node position: what a search reads of the stored payload and the embedding.
 
-    payload, text, owners, embedding : the objects each position's entries were made
-        from (`_UNSEEN` before the first search that meets the position).
     payload_owner : codes of the payload's user, agent and run ids (NONE_CODE for None
         or no payload), in the graph's code book; one `array('q')` per field.
     token_start, token_count, pool : the token ids of the payload's text, in `pool`.
@@ -88,15 +83,6 @@ class CandidateCache:
     def __init__(self, graph: ContextGraph) -> None:
         self.graph = graph
         self.capacity = 0
-        self.payload: list[Any] = []
-        self.text: list[Any] = []
-        self.owners: list[list[Any]] = [[], [], []]
-        self.embedding: list[Any] = []
-        # `id` of each of those objects (0: unseen), for `check_all`'s comparisons.
-        self.payload_id = array("q")
-        self.text_id = array("q")
-        self.owner_id = [array("q") for _ in OWNER_FIELDS]
-        self.embedding_id = array("q")
         self.payload_owner = [array("q") for _ in OWNER_FIELDS]
         self.token_start = array("q")
         self.token_count = array("q")
@@ -132,15 +118,11 @@ class CandidateCache:
         return self.slot, self.verdict, self.is_seed, self.walked_seen
 
     def grow(self, positions: int) -> None:
-        """Room for `positions` positions, the new ones unseen."""
+        """Room for `positions` positions, the new ones empty (`follow` reads them)."""
         if positions <= self.capacity:
             return
         size = max(positions, 2 * self.capacity, 64)
         extra = size - self.capacity
-        for column in (self.payload, self.text, *self.owners, self.embedding):
-            column.extend([_UNSEEN] * extra)
-        for ids in (self.payload_id, self.text_id, *self.owner_id, self.embedding_id):
-            ids.extend([0] * extra)
         for codes in self.payload_owner:
             codes.extend([NONE_CODE] * extra)
         self.token_start.extend([0] * extra)
@@ -173,131 +155,30 @@ class CandidateCache:
                 todo[name] = named  # type: ignore[assignment]
             self.read[name] = (log, log.epoch, len(log.changes))
         self.indexed = n
-        if todo["payload"]:
-            ats = sorted(todo["payload"])
-            self._read_payloads(ats, [payloads.get(ids[at], _EMPTY) for at in ats])
-        if todo["vector"]:
-            ats = sorted(todo["vector"])
-            self._read_embeddings(ats, [embeddings.get(ids[at]) for at in ats])
-
-    def _read_payloads(self, ats: list[int], stored: list[Any]) -> None:
-        """`_read_payload` for each, the common case (dict payloads) in one loop."""
-        if not all(type(s) is StoredPayload or type(s) is dict for s in stored):
-            for at, found in zip(ats, stored, strict=True):
-                self._read_payload(at, found)
-            return
-        get = dict.get
-        texts = list(map(get, stored, repeat("data"), repeat(_NO_TEXT)))
-        users, agents, runs = (list(map(get, stored, repeat(name), repeat(_NO_TEXT)))
-                               for name in OWNER_FIELDS)
-        payload, payload_id, text_of, text_id = (self.payload, self.payload_id, self.text,
-                                                 self.text_id)
-        owners, owner_id, owner_code = self.owners, self.owner_id, self.payload_owner
-        code = self.graph.node_columns.code
-        odd_payload, put_tokens, token_ids = self.odd_payload, self._put_tokens, self._token_ids
-        for at, found, text, *values in zip(ats, stored, texts, users, agents, runs,
-                                            strict=True):
-            if not found:  # empty: the resolver skips it
-                self._read_payload(at, found)
-                continue
-            payload[at] = found
-            payload_id[at] = id(found)
-            text_of[at] = text
-            text_id[at] = id(text)
-            odd = 0
-            for field, value in enumerate(values):
-                owners[field][at] = value
-                owner_id[field][at] = id(value)
-                if value is _NO_TEXT or value is None:
-                    owner_code[field][at] = NONE_CODE
-                elif type(value) is str:
-                    owner_code[field][at] = code(value)
-                else:
-                    odd = 1
-            odd_payload[at] = odd
-            put_tokens(at, token_ids(text) if text is not _NO_TEXT and text
-                       and isinstance(text, str) else [])
-
-    def _read_embeddings(self, ats: list[int], found: list[Any]) -> None:
-        """`_read_embedding` for each; the rows of the matrix in one assignment."""
-        rows, vectors = [], []
-        for at, embedding in zip(ats, found, strict=True):
-            self._read_embedding(at, embedding, copy_row=False)
-            if self.has_vector[at]:
-                rows.append(at)
-                vectors.append(embedding.vector)
-        if rows:
-            self.vectors[rows] = vectors
-
-    def check_all(self, order: list[int], ids: list[str], payloads: Mapping[str, Any],
-                  embeddings: Mapping[str, Any] | None, *, text: bool,
-                  fields: Iterable[int]) -> bool:
-        """Bring the positions `order` (of the memories `ids`) up to date with the payloads
-        and embeddings stored now, as far as a search reads them: the payload's text when
-        `text`, its owner ids of `fields`, and the embeddings unless None (a search without
-        a query vector). What a search does not read is checked by the next one that does.
-
-        The objects are compared by identity, through lists of their `id`s compared whole
-        (C loops, no Python step per candidate): the cache holds every object it read, so
-        an equal `id` is the same object. False where a stored payload is not a dict (the
-        object path reads it).
-        """
-        stored = list(map(payloads.get, ids, repeat(_EMPTY)))
-        at = order.__getitem__
-        stale: set[int] = set()
-        _differ(array("q", map(id, stored)),
-                array("q", map(self.payload_id.__getitem__, order)), stale)
-        try:
-            if text:
-                found = map(dict.get, stored, repeat("data"), repeat(_NO_TEXT))
-                _differ(array("q", map(id, found)),
-                        array("q", map(self.text_id.__getitem__, order)), stale)
-            for field in fields:
-                found = map(dict.get, stored, repeat(OWNER_FIELDS[field]), repeat(_NO_TEXT))
-                _differ(array("q", map(id, found)),
-                        array("q", map(self.owner_id[field].__getitem__, order)), stale)
-        except TypeError:
-            return False
-        for i in sorted(stale):
-            self._read_payload(at(i), stored[i])
-        if embeddings is not None:
-            vectors = list(map(embeddings.get, ids))
-            stale.clear()
-            _differ(array("q", map(id, vectors)),
-                    array("q", map(self.embedding_id.__getitem__, order)), stale)
-            for i in sorted(stale):
-                self._read_embedding(at(i), vectors[i])
-        return True
+        for at in sorted(todo["payload"]):
+            self._read_payload(at, payloads.get(ids[at]))
+        for at in sorted(todo["vector"]):
+            self._read_embedding(at, embeddings.get(ids[at]))
 
     def _read_payload(self, at: int, stored: Any) -> None:
-        self.payload[at] = stored
-        self.payload_id[at] = id(stored)
+        """Position `at`'s owner codes and token ids from its stored payload, if any (the
+        resolver skips a payload that is empty; one that is not a mapping is odd)."""
         odd = 0
         found: list[int] = []
-        if stored:  # the resolver skips a stored payload that is empty
-            text = stored.get("data", _NO_TEXT)
-            self.text[at] = text
-            self.text_id[at] = id(text)
-            code = self.graph.node_columns.code
-            for field, name in enumerate(OWNER_FIELDS):
-                value = stored.get(name, _NO_TEXT)
-                self.owners[field][at] = value
-                self.owner_id[field][at] = id(value)
-                if value is _NO_TEXT or value is None:
-                    self.payload_owner[field][at] = NONE_CODE
-                elif type(value) is str:
-                    self.payload_owner[field][at] = code(value)
-                else:
-                    odd = 1
-            if text is not _NO_TEXT and text and isinstance(text, str):
-                found = self._token_ids(text)
-        else:
-            self.text[at] = _NO_TEXT
-            self.text_id[at] = id(_NO_TEXT)
-            for field in range(3):
-                self.owners[field][at] = _NO_TEXT
-                self.owner_id[field][at] = id(_NO_TEXT)
+        if stored and not isinstance(stored, Mapping):
+            odd, stored = 1, None
+        code = self.graph.node_columns.code
+        for field, name in enumerate(OWNER_FIELDS):
+            value = stored.get(name) if stored else None
+            if value is None:
                 self.payload_owner[field][at] = NONE_CODE
+            elif type(value) is str:
+                self.payload_owner[field][at] = code(value)
+            else:
+                odd = 1
+        text = stored.get("data") if stored else None
+        if text and isinstance(text, str):
+            found = self._token_ids(text)
         self.odd_payload[at] = odd
         self._put_tokens(at, found)
 
@@ -335,9 +216,8 @@ class CandidateCache:
                 vocabulary[word] = len(vocabulary)
         return list(map(vocabulary.__getitem__, words))
 
-    def _read_embedding(self, at: int, embedding: Any, *, copy_row: bool = True) -> None:
-        self.embedding[at] = embedding
-        self.embedding_id[at] = id(embedding)
+    def _read_embedding(self, at: int, embedding: Any) -> None:
+        """Position `at`'s matrix row from its embedding, if any (of another shape: odd)."""
         self.has_vector[at] = 0
         self.odd_vector[at] = 0
         if embedding is None:
@@ -349,16 +229,9 @@ class CandidateCache:
         if self.dim < 0:
             self.dim = vector.size
             self.vectors = np.zeros((self.capacity, self.dim))
-        if copy_row:
-            self.vectors[at] = vector
+        self.vectors[at] = vector
         self.norm_sq[at] = embedding.norm_sq
         self.has_vector[at] = 1
-
-
-def _differ(got: array[int], want: array[int], stale: set[int]) -> None:
-    """Add to `stale` the indices where the two lists differ (compared whole first)."""
-    if got != want:
-        stale.update(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
 
 
 def cache_for(holder: Any, graph: ContextGraph) -> CandidateCache:
@@ -392,17 +265,6 @@ class Scored:
                          self.lexical[i], self.graph[i], self.frequency[i], self.personal[i],
                          self.success[i], self.relevance[i], self.score[i])
 
-    def candidates(self, seeds: Mapping[str, Payload],
-                   payload_of: Callable[[str], Payload | None]) -> list[Candidate]:
-        """Every Candidate `featurize` gives: seeds keep their payload, the others take the
-        resolver's (`payload_of`), or the stand-in for a memory without one."""
-        out = []
-        for i, cid in enumerate(self.ids):
-            payload = seeds.get(cid) if self.was_seed[i] else payload_of(cid)
-            out.append(self.candidate(i, {"id": cid, "memory": "", "score": 0.0}
-                                      if payload is None else payload))
-        return out
-
 
 def expand_and_score(graph: ContextGraph, cache: CandidateCache,
                      payloads: Mapping[str, Payload], cfg: RetrievalConfig, *, query: str,
@@ -414,7 +276,8 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
     """`expand_bfs` then `featurize` (without priors) over positions; None where the
     object path must run instead (see the module docstring)."""
     nodes, edge_cols = graph.node_columns, graph.edge_columns
-    if nodes.exotic or nodes.codes_exotic or edge_cols.exotic:
+    if nodes.exotic or nodes.codes_exotic or edge_cols.exotic or not (
+            isinstance(payloads, PayloadStore) and isinstance(graph.embeddings, ChangeLog)):
         return None
     position = graph._position
     seed_at = []
@@ -444,13 +307,7 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
     order_list = order.tolist()
     ids = graph.node_ids
     cids = list(map(ids.__getitem__, order_list))
-    query_tokens = tokens(query)
-    embeddings = None if query_embedding is None else graph.embeddings
-    if isinstance(payloads, PayloadStore) and isinstance(graph.embeddings, ChangeLog):
-        cache.follow(payloads, graph.embeddings, ids, position)  # what was written since
-    elif not cache.check_all(order_list, cids, payloads, embeddings,
-                             text=bool(query_tokens), fields=fields.tolist()):
-        return None  # a payload that is not a dict
+    cache.follow(payloads, graph.embeddings, ids, position)  # what was written since
     k = len(cids)
     seed_count = len(seed_at)
     seed_dense = np.zeros(k)
@@ -462,6 +319,7 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
                                else np.zeros(k), np.float64)
     success_values = np.array(list(map(success, cids)) if success is not None and zeta > 0
                               else np.zeros(k), np.float64)
+    query_tokens = tokens(query)
     vocabulary = cache.vocabulary
     query_ids = np.array([vocabulary.get(t, -1) for t in query_tokens], np.int64)
     if query_embedding is None:
