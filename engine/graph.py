@@ -340,19 +340,13 @@ class ContextGraph:
         if index.stale:
             if index.needs_fresh_pool():
                 index.fresh_pool()
-            succ, pred, position, ids = self._succ, self._pred, self._position, self.node_ids
+            position, ids = self._position, self.node_ids
             for at in index.stale:
-                node_id = ids[at]
                 others: list[int] = []
                 rows: list[int] = []
-                for adjacency in (succ, pred):
-                    for other, by_type in adjacency[node_id].items():
-                        if other == node_id:
-                            continue
-                        other_at = position[other]
-                        for edge in by_type.values():
-                            others.append(other_at)
-                            rows.append(edge._row)
+                for other, edge in self._adjacent_edges(ids[at]):
+                    others.append(position[other])
+                    rows.append(edge._row)
                 index.put(at, others, rows)
             index.stale.clear()
         return index
@@ -377,17 +371,24 @@ class ContextGraph:
             others: list[str] = []
             edges: list[MemoryEdge] = []
             keys: list[EdgeKey] = []
-            for adjacency in (self._succ, self._pred):
-                for other, by_type in adjacency.get(node_id, {}).items():
-                    if other == node_id:
-                        continue
-                    for edge in by_type.values():
-                        others.append(other)
-                        edges.append(edge)
-                        # `_value_` is what `.value` returns, without the property call.
-                        keys.append((edge.src, edge.dst, edge.type._value_))
+            for other, edge in self._adjacent_edges(node_id):
+                others.append(other)
+                edges.append(edge)
+                # `_value_` is what `.value` returns, without the property call.
+                keys.append((edge.src, edge.dst, edge.type._value_))
             found = self._adjacent[node_id] = (tuple(others), tuple(edges), tuple(keys))
         return found
+
+    def _adjacent_edges(self, node_id: str) -> Iterator[tuple[str, MemoryEdge]]:
+        """(the node at the other end, the edge) for each edge of a node but self loops:
+        outgoing then incoming, each in the adjacency dicts' order. The one place that
+        says the order `adjacent` and `adjacency_index` list."""
+        for adjacency in (self._succ, self._pred):
+            for other, by_type in adjacency.get(node_id, {}).items():
+                if other == node_id:
+                    continue
+                for edge in by_type.values():
+                    yield other, edge
 
     def is_archived(self, node_id: str) -> bool:
         node = self.nodes.get(node_id)

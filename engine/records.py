@@ -156,7 +156,7 @@ class NodeColumns:
     def put_node(self, row: int, node: MemoryNode) -> None:
         """The codes and access count of `node`, now at `row`."""
         for field, name in enumerate(CODE_FIELDS):
-            self.codes[field][row] = self.code(getattr(node, name))
+            self.put_code(row, field, getattr(node, name))
         self.put_access(row, node.access_count)
         self.real[row] = 1
 
