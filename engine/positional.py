@@ -256,7 +256,7 @@ class Scored:
     success: list[float]
     relevance: list[float]
     score: list[float]
-    subgraph: list[SubgraphEdge]        # `rerank.subgraph` of the walked edges
+    subgraph: list[SubgraphEdge]        # `rerank.subgraph` of the walked edges (`want_subgraph`)
     edges_used: dict[EdgeKey, float]    # `expand_bfs`'s, when asked for (`want_edges`)
 
     def candidate(self, i: int, payload: Payload) -> Candidate:
@@ -272,9 +272,11 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
                      query_embedding: Embedding | None, personal: Provider | None,
                      success: Provider | None, tenant_id: str | None,
                      sub_tenant_id: str | None, include_archived: bool,
-                     peak: int, want_edges: bool = False) -> Scored | None:
+                     peak: int, want_subgraph: bool = True,
+                     want_edges: bool = False) -> Scored | None:
     """`expand_bfs` then `featurize` (without priors) over positions; None where the
-    object path must run instead (see the module docstring)."""
+    object path must run instead (see the module docstring). The subgraph is made only
+    when wanted (a search that ranks; featurizing has no use for it)."""
     nodes, edge_cols = graph.node_columns, graph.edge_columns
     if nodes.exotic or nodes.codes_exotic or edge_cols.exotic or not (
             isinstance(payloads, PayloadStore) and isinstance(graph.embeddings, ChangeLog)):
@@ -288,18 +290,16 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
         seed_at.append(at)
     seed_positions = np.array(seed_at, np.int64)
     adjacency = graph.adjacency_index()
-    codes = [np.frombuffer(c, dtype=np.int64) for c in nodes.codes]
-    real = np.frombuffer(nodes.real, dtype=np.uint8)
-    weight = np.frombuffer(edge_cols.weight, dtype=np.float64)  # type: ignore[call-overload]
+    # The columns go to the kernels as they are (`array`s and `bytearray`s, buffers numba
+    # indexes directly): no NumPy view each, which costs more than the call takes them.
+    codes = nodes.codes
     fields, wants = _scope_codes(nodes.code_of, scope)
     cache.grow(len(graph.node_ids))
-    slot, verdict, is_seed, walked_seen = cache.scratch(len(graph.node_ids), len(weight))
+    slot, verdict, is_seed, walked_seen = cache.scratch(len(graph.node_ids),
+                                                        len(edge_cols.weight))
     found, reach, walked = _walk()(
-        seed_positions, np.frombuffer(adjacency.start, dtype=np.int64),
-        np.frombuffer(adjacency.count, dtype=np.int64),
-        np.frombuffer(adjacency.other, dtype=np.int64),
-        np.frombuffer(adjacency.row, dtype=np.int64), weight, real,
-        np.frombuffer(nodes.archived_flags, dtype=np.uint8), codes[0], codes[1], codes[2],
+        seed_positions, adjacency.start, adjacency.count, adjacency.other, adjacency.row,
+        edge_cols.weight, nodes.real, nodes.archived_flags, codes[0], codes[1], codes[2],
         fields, wants, not include_archived, max(0, cfg.expansion_depth),
         max(1, cfg.max_candidates), float(cfg.edge_weight_floor), slot, verdict, is_seed,
         walked_seen)
@@ -330,39 +330,29 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
         q, q_norm, similarity = query_embedding.vector, query_embedding.norm_sq, 1
     weights = np.array([cfg.alpha_dense, cfg.beta_bm25, cfg.gamma_graph, epsilon, delta, zeta])
     values = np.empty((8, k))
-    src = np.frombuffer(graph._row_src, dtype=np.int64)
-    dst = np.frombuffer(graph._row_dst, dtype=np.int64)
     kept, m, sub_rows, status = _score()(
-        order, seed_count, reach, seed_dense, real, codes[0], codes[1], codes[2],
-        *(np.frombuffer(c, dtype=np.int64) for c in cache.payload_owner), fields, wants,
-        codes[3], codes[4], _code(nodes.code_of, tenant_id),
-        _code(nodes.code_of, sub_tenant_id), cache.vectors,
-        np.frombuffer(cache.norm_sq, dtype=np.float64),
-        np.frombuffer(cache.has_vector, dtype=np.uint8), q, q_norm, similarity,
-        np.frombuffer(nodes.relevance, dtype=np.float64),  # type: ignore[call-overload]
-        np.frombuffer(nodes.access, dtype=np.int64), peak,
-        np.frombuffer(cache.token_start, dtype=np.int64),
-        np.frombuffer(cache.token_count, dtype=np.int64),
-        np.frombuffer(cache.pool, dtype=np.int64), query_ids, len(query_tokens),
-        personal_values, success_values, weights,
-        np.frombuffer(cache.odd_payload, dtype=np.uint8),
-        np.frombuffer(cache.odd_vector, dtype=np.uint8), walked, src, dst, bool(scope),
-        verdict, values)
+        order, seed_count, reach, seed_dense, nodes.real, codes[0], codes[1], codes[2],
+        *cache.payload_owner, fields, wants, codes[3], codes[4],
+        _code(nodes.code_of, tenant_id), _code(nodes.code_of, sub_tenant_id),
+        cache.vectors, cache.norm_sq, cache.has_vector, q, q_norm, similarity,
+        nodes.relevance, nodes.access, peak, cache.token_start, cache.token_count,
+        cache.pool, query_ids, len(query_tokens), personal_values, success_values, weights,
+        cache.odd_payload, cache.odd_vector, walked, graph._row_src, graph._row_dst,
+        bool(scope), verdict, values)
     if status:
         return None
     keep = kept.tolist()
     columns = values[:, :m].tolist()
     rows = graph._rows
+    weight, src, dst = edge_cols.weight, graph._row_src, graph._row_dst
     make = _subgraph_edge
-    sub = [make(ids[a], ids[b], cast(MemoryEdge, rows[r]).type._value_, w)
-           for r, a, b, w in zip(sub_rows.tolist(), src[sub_rows].tolist(),
-                                 dst[sub_rows].tolist(), weight[sub_rows].tolist(),
-                                 strict=True)]
+    sub = [make(ids[src[r]], ids[dst[r]], cast(MemoryEdge, rows[r]).type._value_, weight[r])
+           for r in sub_rows.tolist()] if want_subgraph else []
     edges_used: dict[EdgeKey, float] = {}
     if want_edges:
-        for row, w in zip(walked.tolist(), weight[walked].tolist(), strict=True):
+        for row in walked.tolist():
             edge = cast(MemoryEdge, rows[row])
-            edges_used[(edge.src, edge.dst, edge.type._value_)] = w
+            edges_used[(edge.src, edge.dst, edge.type._value_)] = weight[row]
     return Scored(ids=list(map(cids.__getitem__, keep)),
                   was_seed=[i < seed_count for i in keep], dense=columns[0],
                   lexical=columns[1], graph=columns[2], frequency=columns[3],

@@ -78,7 +78,9 @@ class SearchOutcome:
 
     `candidates` may be built on first read (the positional path builds only the results
     while searching): their payloads are then made from the stored payloads the search
-    saw, as they are at that read.
+    saw, as they are at that read. `columns` holds the same candidates' values, in the
+    same order, when the positional path scored them: readers of values alone (a replay's
+    table) need not make a Candidate each.
     """
 
     results: list[Candidate]
@@ -90,6 +92,7 @@ class SearchOutcome:
     decay: DecayReport | None = None
     telemetry: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    columns: Scored | None = None
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -225,7 +228,7 @@ def featurize_search(state: EngineState, req: SearchRequest, *, now: datetime) -
         return SearchOutcome(results=[])
     ctx = role_context_from_filters(user_id=req.user_id, agent_id=req.agent_id,
                                     run_id=req.run_id, filters=filters)
-    return _featurized(state, req, hits, filters, ctx, now=now).outcome
+    return _featurized(state, req, hits, filters, ctx, now=now, ranks=False).outcome
 
 
 def counts_access(config: EngineConfig) -> bool:
@@ -250,7 +253,7 @@ def graph_first_rerank(state: EngineState, req: SearchRequest, hits: list[Payloa
                        now: datetime) -> SearchOutcome:
     """The stages of `_graph_first_rerank` in order (MSPR.md section 1, step 5)."""
     mspr = state.config.mspr
-    scored = _featurized(state, req, hits, filters, ctx, now=now)
+    scored = _featurized(state, req, hits, filters, ctx, now=now, ranks=True)
     outcome = scored.outcome
     if not scored.seed_count:
         outcome.telemetry = _telemetry(state, outcome, 0) if mspr.enabled else None
@@ -314,8 +317,10 @@ class _Positional:
 
 
 def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
-                filters: dict[str, Any], ctx: RoleContext, *, now: datetime) -> _Featurized:
-    """`graph_first_rerank`'s stages up to the scored candidates (`outcome.candidates`)."""
+                filters: dict[str, Any], ctx: RoleContext, *, now: datetime,
+                ranks: bool) -> _Featurized:
+    """`graph_first_rerank`'s stages up to the scored candidates (`outcome.candidates`);
+    `ranks`: the search goes on to rank them (and so needs the subgraph)."""
     cfg = state.config
     mspr = cfg.mspr
     retrieval = cfg.retrieval
@@ -333,9 +338,10 @@ def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
     seeds = trim_seeds(hits, retrieval.seed_top_k)
     scope = scope_from_filters(filters)
     positional = _positional(state, retrieval, seeds, scope, req, filters, ctx, role_on,
-                             outcome)
+                             outcome, ranks)
     if positional is not None:
         outcome._candidates = positional.all  # made when read
+        outcome.columns = positional.scored
         return _Featurized(outcome, len(hits), positional.scored.edges_used, scope, role_on,
                            positional)
     reach, edges_used = _expand(state, retrieval, seeds, scope, req, outcome)
@@ -358,7 +364,8 @@ def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
 
 def _positional(state: EngineState, retrieval: RetrievalConfig, seeds: dict[str, Payload],
                 scope: Scope, req: SearchRequest, filters: Mapping[str, Any],
-                ctx: RoleContext, role_on: bool, outcome: SearchOutcome) -> _Positional | None:
+                ctx: RoleContext, role_on: bool, outcome: SearchOutcome,
+                ranks: bool) -> _Positional | None:
     """The BFS expansion and the features over node positions (engine/positional.py),
     unless the search needs what only the object path does."""
     corrections = state.config.corrections
@@ -379,7 +386,8 @@ def _positional(state: EngineState, retrieval: RetrievalConfig, seeds: dict[str,
         tenant_id=tenant if isinstance(tenant, str) else None,
         sub_tenant_id=sub_tenant if isinstance(sub_tenant, str) else None,
         include_archived=req.include_archived,
-        peak=graph.peak_access_count() if retrieval.epsilon_frequency > 0 else 0)
+        peak=graph.peak_access_count() if retrieval.epsilon_frequency > 0 else 0,
+        want_subgraph=ranks)
     if scored is None:
         return None
     return _Positional(scored, seeds, list(map(state.payloads.get, scored.ids)))

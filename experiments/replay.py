@@ -64,6 +64,7 @@ from msprlab.datasets.timeline import (
 from msprlab.engine import (
     EngineConfig,
     SearchError,
+    SearchOutcome,
     SearchRequest,
     Seed,
     new_state,
@@ -397,20 +398,21 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
             if q is None:
                 continue  # nothing to evaluate it against; its decay tick has happened
             label = outcome.intent.label if outcome is not None and outcome.intent else None
+            ids, values = _columns(outcome)
             multipliers = visible = None
-            if outcome is not None and outcome.candidates:
+            if ids:
                 ctx = role_context_from_filters(user_id=user, agent_id=agent, run_id=run_id,
                                                 filters=effective_filters(request))
                 if role_soft and policy is not None:
+                    assert outcome is not None
                     multipliers = role_multipliers([c.entry() for c in outcome.candidates],
                                                    policy, ctx)
-                visible = audit.visible(outcome.candidates, ctx)
+                visible = audit.visible(ids, ctx)
             out.search(event=done, limit=request.limit,
                        intent=(label or Intent.UNKNOWN).value,
                        label=(label or labeller(text)).value,
                        question_type=question_type.get(query_id), error=error,
-                       logged=shown, engine=reference,
-                       candidates=[] if outcome is None else outcome.candidates,
+                       logged=shown, engine=reference, ids=ids, values=values,
                        multipliers=multipliers, visible=visible, grades=corpus.grades[q])
     if progress is not None:
         progress(total, total)
@@ -447,14 +449,14 @@ class _Audit:
         # searcher -> memory id -> (its stored payload or None, the verdict)
         self.known: dict[tuple[Any, ...], dict[str, tuple[Any, bool]]] = {}
 
-    def visible(self, candidates: list[Any], ctx: RoleContext) -> list[bool]:
+    def visible(self, ids: list[str], ctx: RoleContext) -> list[bool]:
+        """A verdict per memory id."""
         # Types in the key: 1, 1.0 and True are one dict key, but str() tells them apart.
         searcher = (type(ctx.tenant_id), ctx.tenant_id, type(ctx.role), ctx.role)
         try:
             known = self.known.setdefault(searcher, {})
         except TypeError:  # a list or dict from the filters: judged afresh
-            return [_allowed(c.id, self.payloads.get(c.id), ctx) for c in candidates]
-        ids = list(map(_ID, candidates))
+            return [_allowed(m, self.payloads.get(m), ctx) for m in ids]
         out = []
         for memory_id, stored, seen in zip(ids, map(self.payloads.get, ids),
                                            map(known.get, ids), strict=True):
@@ -525,10 +527,27 @@ def _labeller(config: EngineConfig, classifier: Classifier | None) -> Callable[[
     return label
 
 
-# A candidate's values besides its id, read with one C-level call per candidate.
+# A candidate's values besides its id: read with one C-level call per candidate, or
+# column by column from the positional path's `Scored` (the same names).
 _CANDIDATE_VALUES = ("was_seed", *FEATURES, "relevance")
 _VALUES_OF = operator.attrgetter(*_CANDIDATE_VALUES)
 _ID = operator.attrgetter("id")
+_NO_VALUES: tuple[Sequence[Any], ...] = ((),) * len(_CANDIDATE_VALUES)
+
+
+def _columns(outcome: SearchOutcome | None) -> tuple[list[str], tuple[Sequence[Any], ...]]:
+    """A search's candidates as their ids and `_CANDIDATE_VALUES` column by column: from
+    the columns the positional path scored, else from the Candidates (no need to make one
+    per candidate for the table)."""
+    if outcome is None:
+        return [], _NO_VALUES
+    scored = outcome.columns
+    if scored is not None:
+        return scored.ids, _VALUES_OF(scored)
+    candidates = outcome.candidates
+    if not candidates:
+        return [], _NO_VALUES
+    return list(map(_ID, candidates)), tuple(zip(*map(_VALUES_OF, candidates), strict=True))
 # What a search row takes from its event as it is (`logged` is the event's `shown`).
 _FROM_EVENT = ("event_id", "ts", "query_id", "query", "user_id", "agent_id", "run_id")
 _SEARCH_COLUMNS = ("search", *_FROM_EVENT, "limit", "intent", "intent_label", "question_type",
@@ -546,27 +565,29 @@ class _Collector:
             "error", "engine")}
         self.c: dict[str, list[Any]] = {c: [] for c in (
             "memory_id", "role", "visible", "logged_rank", "grade")}
-        self.values: list[tuple[Any, ...]] = []  # per candidate: its `_CANDIDATE_VALUES`
+        self.values: list[list[Any]] = [[] for _ in _CANDIDATE_VALUES]  # column by column
 
     def search(self, *, event: int, limit: int, intent: str, label: str,
                question_type: str | None, error: str | None, logged: list[str] | None,
-               engine: list[str] | None, candidates: list[Any],
+               engine: list[str] | None, ids: list[str], values: Sequence[Sequence[Any]],
                multipliers: list[float] | None, visible: list[bool] | None,
                grades: Mapping[str, int]) -> None:
+        """One search: its own columns, and its candidates' ids and `_CANDIDATE_VALUES`
+        (column by column, as `_columns` gives them)."""
         s = self.s
         s["event"].append(event)
         s["limit"].append(limit)
         s["intent"].append(intent)
         s["intent_label"].append(label)
         s["question_type"].append(question_type)
-        s["n_candidates"].append(len(candidates))
+        n = len(ids)
+        s["n_candidates"].append(n)
         s["error"].append(error)
         s["engine"].append(engine)
         c = self.c
-        n = len(candidates)
-        ids = list(map(_ID, candidates))
         c["memory_id"].extend(ids)
-        self.values.extend(map(_VALUES_OF, candidates))
+        for column, found in zip(self.values, values, strict=True):
+            column.extend(found)
         c["role"].extend(multipliers if multipliers is not None else [1.0] * n)
         c["visible"].extend(visible if visible is not None else [True] * n)
         c["logged_rank"].extend(map({m: r for r, m in enumerate(logged or [])}.get, ids))
@@ -606,6 +627,4 @@ class _Collector:
 
     def _values(self) -> dict[str, Sequence[Any]]:
         """The candidates' `_CANDIDATE_VALUES`, column by column."""
-        if not self.values:
-            return dict.fromkeys(_CANDIDATE_VALUES, ())
-        return dict(zip(_CANDIDATE_VALUES, zip(*self.values, strict=True), strict=True))
+        return dict(zip(_CANDIDATE_VALUES, self.values, strict=True))

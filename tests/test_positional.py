@@ -6,6 +6,7 @@ on and off, on the bench's graphs and through random writes between searches."""
 from __future__ import annotations
 
 import random
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -164,7 +165,19 @@ def test_whole_searches_match_the_object_path(seed: int) -> None:
         got = search(indexed, req, now=now)
         used += callable(got._candidates)  # the positional path ran: candidates not yet made
         assert outcome_bits(got) == outcome_bits(want)
+        assert got.columns is not None and column_bits(got.columns) == [
+            (c.id, c.was_seed, *map(bits, attrgetter(*VALUES)(c))) for c in got.candidates]
     assert used == 2 * len(reqs)
+
+
+VALUES = ("dense", "lexical", "graph", "frequency", "personal", "success", "relevance",
+          "score")
+
+
+def column_bits(scored: Any) -> list[tuple[Any, ...]]:
+    """`SearchOutcome.columns`, candidate by candidate."""
+    return [(m, seed, *map(bits, values)) for m, seed, *values in zip(
+        scored.ids, scored.was_seed, *attrgetter(*VALUES)(scored), strict=True)]
 
 
 # ---- writes between searches -------------------------------------------------------------

@@ -236,11 +236,6 @@ def audited(payloads: dict[str, Any], ids: list[str], ctx: RoleContext) -> list[
     return [m in allowed for m in ids]
 
 
-class _Candidate:
-    def __init__(self, memory_id: str) -> None:
-        self.id = memory_id
-
-
 def test_remembered_audit_verdicts_follow_the_payloads_and_the_searcher() -> None:
     payloads: dict[str, Any] = {
         "m1": {"data": "a", "tenant_id": "acme"},
@@ -254,7 +249,7 @@ def test_remembered_audit_verdicts_follow_the_payloads_and_the_searcher() -> Non
                  RoleContext(tenant_id="acme", role=True), RoleContext(tenant_id=["acme"])]
     for step in range(3):
         for ctx in searchers:
-            got = audit.visible([_Candidate(m) for m in ids], ctx)
+            got = audit.visible(ids, ctx)
             assert got == audited(payloads, ids, ctx), (step, ctx)
         # the timeline replaces payloads, it never edits them in place
         payloads["m1"] = {"data": "a", "tenant_id": "globex"}
@@ -275,16 +270,17 @@ def rows_built(calls: list[dict[str, Any]], events: pl.DataFrame,
         searches.append({"search": k, **{name: event[name] for name in (
             "event_id", "ts", "query_id", "query", "user_id", "agent_id", "run_id")},
             "limit": call["limit"], "intent": call["intent"], "intent_label": call["label"],
-            "question_type": call["question_type"], "n_candidates": len(call["candidates"]),
+            "question_type": call["question_type"], "n_candidates": len(call["ids"]),
             "error": call["error"], "logged": call["logged"]})
         ranks = {m: r for r, m in enumerate(call["logged"] or [])}
-        for i, c in enumerate(call["candidates"]):
+        for i, memory_id in enumerate(call["ids"]):
+            was_seed, *features, relevance = (column[i] for column in call["values"])
             candidates.append({
-                "search": k, "position": i, "memory_id": c.id, "was_seed": c.was_seed,
-                **{name: getattr(c, name) for name in FEATURES}, "relevance": c.relevance,
+                "search": k, "position": i, "memory_id": memory_id, "was_seed": was_seed,
+                **dict(zip(FEATURES, features, strict=True)), "relevance": relevance,
                 "role": 1.0 if call["multipliers"] is None else call["multipliers"][i],
                 "visible": True if call["visible"] is None else call["visible"][i],
-                "logged_rank": ranks.get(c.id), "grade": call["grades"].get(c.id)})
+                "logged_rank": ranks.get(memory_id), "grade": call["grades"].get(memory_id)})
     return (pl.DataFrame(searches, schema=_SEARCHES, orient="row").with_columns(
                 pl.col("ts").cast(pl.Datetime("us"))),
             pl.DataFrame(candidates, schema=_CANDIDATES, orient="row"))
@@ -423,3 +419,24 @@ def test_edges_enter_with_their_time_type_and_clamped_weight() -> None:
         if once[j]:
             assert edge.created_at == edge.updated_at == to_datetime(entered[j])
             assert edge.weight == max(0.0, min(1.0, weight))
+
+
+@pytest.mark.parametrize("name", ["soft roles", "hard roles"])
+@pytest.mark.parametrize("frequency", ["logged", "closed_loop"])
+def test_table_is_the_same_whether_searches_run_on_positions_or_objects(
+        name: str, frequency: str, monkeypatch: Any) -> None:
+    """The table's values come from the positional path's columns where it ran (not from a
+    Candidate each): bit for bit the table the object path gives."""
+    config, policy = CONFIGS[name]
+    log = with_deletions(2, every=5, part=2)
+    tables = []
+    for positional in (True, False):
+        def state(*args: Any, on: bool = positional, **kwargs: Any) -> EngineState:
+            made = new_state(*args, **kwargs)
+            made.positional_search = on
+            return made
+        monkeypatch.setattr(replay_module, "new_state", state)
+        tables.append(replay(log, config, frequency=frequency, policy=policy))
+    on, off = tables
+    assert on.candidates.height > 100
+    assert on.searches.equals(off.searches) and on.candidates.equals(off.candidates)
