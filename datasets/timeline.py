@@ -29,7 +29,7 @@ import polars as pl
 from scipy import sparse
 
 from msprlab.engine import Seed, archive
-from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
+from msprlab.engine.graph import EdgeType, Embedding, MemoryEdge, MemoryNode, row_norms_sq
 from msprlab.engine.ppr import stable_top_prefix
 from msprlab.engine.state import EngineState
 
@@ -279,6 +279,8 @@ class Timeline:
         # per owner scope: its seedable rows (in row order) and their vectors, as of the
         # last search in that scope
         self._live: dict[Owner, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]] = {}
+        # every memory's squared norm, summed as `set_embedding` sums it, all at once
+        self._norms_sq = [] if corpus.vectors is None else row_norms_sq(corpus.vectors)
 
     @property
     def ops(self) -> list[tuple[int, int, int]]:
@@ -332,7 +334,8 @@ class Timeline:
             tenant_id=row["tenant_id"], sub_tenant_id=row["sub_tenant_id"],
             metadata=dict(payload)))
         if self.corpus.vectors is not None and self.corpus.has_vector[index]:
-            self.state.graph.set_embedding(memory_id, self.corpus.vectors[index].copy())
+            self.state.graph.put_embedding(memory_id, Embedding(
+                self.corpus.vectors[index].copy(), self._norms_sq[index]))
             self.seedable[index] = True
 
     def _link(self, index: int, at: int) -> None:

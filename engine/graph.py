@@ -75,6 +75,15 @@ def sequential_sum(values: FloatArray) -> float:
     return float(np.add.accumulate(values)[-1])
 
 
+def row_norms_sq(matrix: FloatArray) -> list[float]:
+    """`Embedding.of(row).norm_sq` of every row of a 2-D float64 matrix, in one pass: the
+    accumulation runs along each row left to right, as for the row alone."""
+    if matrix.shape[1] == 0:
+        return [0.0] * matrix.shape[0]
+    squares = matrix * matrix
+    return np.add.accumulate(squares, axis=1)[:, -1].tolist()  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True, slots=True)
 class EdgeRows:
     """The graph's edge rows themselves (no copies), in the order the keys were added (not
@@ -204,6 +213,10 @@ class ContextGraph:
 
     def set_embedding(self, node_id: str, values: Sequence[float]) -> None:
         self.embeddings[node_id] = Embedding.of(values)
+
+    def put_embedding(self, node_id: str, embedding: Embedding) -> None:
+        """`set_embedding` with the norm already summed (`row_norms_sq`)."""
+        self.embeddings[node_id] = embedding
 
     def peak_access_count(self) -> int:
         """Maximum access_count over non-archived nodes (MSPR.md section 10.3), cached."""

@@ -25,7 +25,14 @@ from msprlab.engine import search
 from msprlab.engine.bfs import expand_bfs
 from msprlab.engine.config import FrequencyConfig, MsprConfig, RetrievalConfig
 from msprlab.engine.edges import archive
-from msprlab.engine.graph import ContextGraph, EdgeType, Embedding, MemoryEdge, MemoryNode
+from msprlab.engine.graph import (
+    ContextGraph,
+    EdgeType,
+    Embedding,
+    MemoryEdge,
+    MemoryNode,
+    row_norms_sq,
+)
 from msprlab.engine.pagerank import pagerank_on, personalized_pagerank, transition
 from msprlab.engine.ppr import _edge_table, _skip_mask, expand_ppr, stable_top_prefix
 from msprlab.engine.rerank import (
@@ -605,3 +612,15 @@ def test_stable_top_is_a_prefix_of_the_stable_argsort(values: list[float], m: in
     top = stable_top_prefix(array, m)
     assert top.size >= min(m, array.size)
     assert np.array_equal(top, full[:top.size])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(0, 5), dim=st.integers(0, 40), seed=st.integers(0, 2**32 - 1),
+       scale=st.sampled_from([1e-160, 1e-3, 1.0, 1e150]))
+def test_row_norms_are_each_rows_own_norm(rows: int, dim: int, seed: int,
+                                          scale: float) -> None:
+    """The timeline sums every memory's norm at once: each the norm `Embedding.of` sums
+    for the row alone, bit for bit (tiny and huge values included)."""
+    matrix = np.random.default_rng(seed).normal(size=(rows, dim)) * scale
+    assert list(map(bits, row_norms_sq(matrix))) == [
+        bits(Embedding.of(row.copy()).norm_sq) for row in matrix]
