@@ -345,9 +345,17 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     acting = ["feedback", "search"] + (["access"] if frequency == "logged" else [])
     events = ds.events.filter(pl.col("kind").is_in(acting)).sort("ts", "seq").with_columns(
         pl.col("ts").cast(pl.Int64))
-    columns = ("event_id", "ts", "kind", "memory_id", "query_id", "user_id", "agent_id",
-               "run_id", "query", "filters", "limit", "shown", "helpful")
-    values = {c: events[c].to_list() for c in columns}
+    # A run of accesses at one time is one step, its memory ids in order: a log has many
+    # accesses (ten per search in the simulated logs) and the loop's cost per step adds up.
+    access = pl.col("kind") == "access"
+    joined = (access & access.shift(fill_value=False)
+              & (pl.col("ts") == pl.col("ts").shift())).fill_null(False)
+    steps = (events.with_row_index("event").with_columns(step=(~joined).cum_sum())
+             .group_by("step", maintain_order=True)
+             .agg(pl.exclude("memory_id", "step").first(), pl.col("memory_id")))
+    columns = ("event", "event_id", "ts", "kind", "memory_id", "query_id", "user_id",
+               "agent_id", "run_id", "query", "filters", "limit", "shown", "helpful")
+    values = {c: steps[c].to_list() for c in columns}
     plan = None  # the exact seeds of every evaluated search, computed up front
     if seed_index is None:
         plan = SeedPlan(corpus, timeline, [
@@ -359,21 +367,25 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     total = events.height
     runs = [(state, timeline)] + ([] if check is None else [(check, check_timeline)])
     moment_us, now = None, None
-    for done, (event_id, ts, kind, memory_id, query_id, user, agent, run_id, text, filters,
-               logged_limit, shown, helpful) in enumerate(rows):
-        if progress is not None and done % 2048 == 0:
+    reported = -2048
+    for (done, event_id, ts, kind, memory_ids, query_id, user, agent, run_id, text, filters,
+         logged_limit, shown, helpful) in rows:
+        if progress is not None and done >= reported + 2048:
             progress(done, total)
+            reported = done
         if ts != moment_us:  # events come in bursts at one time: one datetime and one
             moment_us, now = ts, to_datetime(ts)  # advance per burst (the rest find nothing)
             for _, tl in runs:
                 tl.advance(ts)
         if kind == "feedback":
             for st, _ in runs:
-                record_feedback(st, memory_id, helpful=bool(helpful), now=now,
+                record_feedback(st, memory_ids[0], helpful=bool(helpful), now=now,
                                 user_id=user, agent_id=agent, run_id=run_id, query=text)
         elif kind == "access":
             for st, _ in runs:
-                st.graph.record_access(memory_id, now)
+                record = st.graph.record_access
+                for memory_id in memory_ids:
+                    record(memory_id, now)
         else:
             q = query_row.get(query_id) if query_id is not None else None
             seeds = []
