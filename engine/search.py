@@ -16,6 +16,7 @@ from .config import EngineConfig, RetrievalConfig
 from .decay import DecayReport, maybe_tick_decay
 from .feedback import personal_boosts
 from .graph import Embedding, FloatArray
+from .hits import HitTemplates, seed_payload
 from .intent import EDGE_TYPE_PRIORS, Intent, IntentResult, apply_weight_override
 from .positional import Scored, cache_for, expand_and_score
 from .ppr import expand_ppr
@@ -24,11 +25,9 @@ from .roles import RoleContext, apply_role_policy, role_context_from_filters
 from .scope import SCOPE_KEYS, Scope, scope_from_filters
 from .seeds import Payload, trim_seeds
 from .state import EngineState
+from .stores import PayloadStore
 from .success import hash_query
 
-# Payload keys a vector hit copies flat; every other non-core key goes under "metadata".
-PROMOTED_KEYS = ("user_id", "agent_id", "run_id", "actor_id", "role")
-_CORE_KEYS = frozenset({"data", "hash", "created_at", "updated_at", "id", *PROMOTED_KEYS})
 # Filter keys the library drops before querying the vector store.
 _VECTOR_SKIP_KEYS = frozenset({"confidence", "timestamp", "modality", "image_hash", "audio_hash"})
 
@@ -152,24 +151,10 @@ def vector_filters(filters: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def seed_payload(memory_id: str, stored: Mapping[str, Any], score: float | None) -> Payload:
-    """A vector hit as the library builds it: core fields, promoted keys, the rest nested."""
-    get = stored.get
-    hit: Payload = {"id": memory_id, "memory": get("data", ""), "hash": get("hash"),
-                    "metadata": None, "score": score, "created_at": get("created_at"),
-                    "updated_at": get("updated_at")}
-    for key in PROMOTED_KEYS:
-        if key in stored:
-            hit[key] = stored[key]
-    extra = {k: v for k, v in stored.items() if k not in _CORE_KEYS}
-    if extra:
-        hit["metadata"] = extra
-    return hit
-
-
 def vector_results(state: EngineState, req: SearchRequest) -> list[Payload]:
     """The seeds as search results, threshold applied (the only place it applies)."""
     hits = []
+    make = _hit_maker(state)
     for seed in req.seeds:
         stored = state.payloads.get(seed.id or "")
         if stored is None:
@@ -178,8 +163,21 @@ def vector_results(state: EngineState, req: SearchRequest) -> list[Payload]:
             raise SearchError("TypeError", "'>=' not supported between instances of 'NoneType' "
                               "and 'float'")
         if req.threshold is None or (seed.score is not None and seed.score >= req.threshold):
-            hits.append(seed_payload(seed.id or "", stored, seed.score))
+            hits.append(make(seed.id or "", stored, seed.score))
     return hits
+
+
+def _hit_maker(state: EngineState) -> Callable[[str, Mapping[str, Any], float | None], Payload]:
+    """`seed_payload`, from templates (engine/hits.py) where the payloads are a
+    `PayloadStore` and the fast paths are on (`positional_search`)."""
+    payloads = state.payloads
+    if not (state.positional_search and isinstance(payloads, PayloadStore)):
+        return seed_payload
+    templates = state.hits
+    if templates is None or templates.store is not payloads:
+        templates = state.hits = HitTemplates(payloads)
+    templates.follow()
+    return templates.hit
 
 
 def resolve_payloads(state: EngineState, ids: Sequence[str]) -> dict[str, Payload]:

@@ -14,6 +14,7 @@ from .stores import PayloadStore
 from .success import SuccessStore
 
 if TYPE_CHECKING:
+    from .hits import HitTemplates
     from .positional import CandidateCache
 
 Payload = dict[str, Any]
@@ -29,8 +30,9 @@ class EngineState:
     which memories' payloads changed, for the positional search to re-read just those.
 
     `positional_search` lets BFS searches run over node positions (engine/positional.py:
-    the same results, bit for bit; off, every search takes the object path, as for
-    measuring one against the other); `positional` is that path's cache.
+    the same results, bit for bit) and make their vector hits from per-memory templates
+    (engine/hits.py); off, every search takes the object path and builds each hit, as for
+    measuring one against the other. `positional` and `hits` are those paths' caches.
     """
 
     config: EngineConfig
@@ -42,6 +44,7 @@ class EngineState:
     policy: RolePolicy | None = None
     positional_search: bool = True
     positional: CandidateCache | None = None
+    hits: HitTemplates | None = None
 
 
 def new_state(config: EngineConfig, *, classifier: Classifier | None = None,

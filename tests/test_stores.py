@@ -5,10 +5,12 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import random
 
 import pytest
 
 from msprlab.engine import stores
+from msprlab.engine.hits import HitTemplates, seed_payload
 from msprlab.engine.stores import ChangeLog, PayloadStore, StoredPayload
 
 
@@ -67,3 +69,60 @@ def test_a_long_log_starts_afresh_in_a_new_epoch(monkeypatch: pytest.MonkeyPatch
     for key in "abcd":
         log[key] = 0
     assert (log.epoch, log.changes) == (1, ["d"])
+
+
+# ---- vector hits from templates (engine/hits.py) --------------------------------------
+
+
+def _write(store: PayloadStore, rng: random.Random, memory_id: str) -> None:
+    """One random write: a payload put, edited in place (a key set, popped, deleted),
+    removed, or the log run past its size (a new epoch)."""
+    kind = rng.randrange(7)
+    stored = store.get(memory_id)
+    if kind == 0 or stored is None:
+        store[memory_id] = {"data": rng.choice(["a b", "c", ""]), "user_id": rng.choice(
+            ["u1", "u2"]), "topic": rng.choice(["x", "y"]), "role": "analyst"}
+    elif kind == 1:
+        stored[rng.choice(["data", "topic", "user_id", "extra", "actor_id"])] = rng.random()
+    elif kind == 2:
+        stored.pop(rng.choice(["topic", "role", "data"]), None)
+    elif kind == 3 and "topic" in stored:
+        del stored["topic"]
+    elif kind == 4:
+        store.pop(memory_id, None)
+    elif kind == 5:
+        stored.update(more=rng.random())
+    else:
+        for _ in range(rng.randrange(3)):
+            store.changed("elsewhere")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_hits_from_templates_are_the_hits_built_afresh(seed: int,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes of every kind between searches: each hit (key order included) is the one
+    `seed_payload` builds from the payload as it is now, and a fresh dict each time."""
+    monkeypatch.setattr(stores, "_LOG_SIZE", 16)  # epochs turn over within the test
+    rng = random.Random(seed)
+    store = PayloadStore()
+    templates = HitTemplates(store)
+    ids = [f"m{i}" for i in range(5)]
+    made = 0
+    for step in range(300):
+        if step % 3:
+            _write(store, rng, rng.choice(ids))
+            continue
+        templates.follow()
+        for memory_id in ids:
+            stored = store.get(memory_id)
+            if stored is None:
+                continue
+            score = rng.random()
+            hit = templates.hit(memory_id, stored, score)
+            want = seed_payload(memory_id, stored, score)
+            assert list(hit.items()) == list(want.items())
+            hit["score"] = -1.0  # the caller's to change: the next hit is unaffected
+            if hit["metadata"] is not None:
+                hit["metadata"]["topic"] = "changed"
+            made += 1
+    assert made > 200 and store.epoch > 0
