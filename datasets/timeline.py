@@ -17,8 +17,10 @@ the logging configuration would not reproduce the logged rankings. Both use this
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +32,7 @@ from scipy import sparse
 
 from msprlab.engine import Seed, archive
 from msprlab.engine.graph import EdgeType, Embedding, MemoryEdge, MemoryNode, row_norms_sq
+from msprlab.engine.jit import exact_njit
 from msprlab.engine.ppr import stable_top_prefix
 from msprlab.engine.state import EngineState
 
@@ -463,6 +466,40 @@ def _search_groups(corpus: Corpus, timeline: Timeline, searches: list[tuple[int,
 
 
 def stable_top(keys: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
-    """`np.argsort(keys, kind="stable")[:k]`, from the engine's partial stable sort."""
-    top: npt.NDArray[np.intp] = stable_top_prefix(keys, k)[:k]
+    """`np.argsort(keys, kind="stable")[:k]`: a compiled pass keeping the k smallest (a
+    search's seeds are few, and NumPy's partial sort costs several calls each time); keys
+    with a NaN go to the engine's partial stable sort."""
+    size = min(k, keys.size)
+    if size <= 0:
+        return np.zeros(0, dtype=np.intp)
+    top = np.empty(size, dtype=np.intp)
+    if not _smallest()(keys, top):
+        found: npt.NDArray[np.intp] = stable_top_prefix(keys, k)[:k]
+        return found
     return top
+
+
+def _smallest_rows(keys: Any, top: Any) -> bool:
+    """The positions of the `len(top)` smallest keys into `top`, ascending, ties in
+    position order (the stable sort's head); False at a NaN (which sorts last)."""
+    capacity = top.shape[0]
+    filled = 0
+    for i in range(keys.shape[0]):
+        value = keys[i]
+        if value != value:
+            return False
+        if filled == capacity and not value < keys[top[capacity - 1]]:
+            continue
+        j = filled if filled < capacity else capacity - 1
+        while j > 0 and value < keys[top[j - 1]]:  # strictly: an equal key stays behind
+            top[j] = top[j - 1]
+            j -= 1
+        top[j] = i
+        if filled < capacity:
+            filled += 1
+    return True
+
+
+@functools.cache
+def _smallest() -> Callable[..., bool]:
+    return exact_njit(_smallest_rows)
