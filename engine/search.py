@@ -58,7 +58,8 @@ class Seed:
 class SearchRequest:
     query: str
     seeds: Sequence[Seed]
-    query_embedding: Sequence[float] | FloatArray | None = None  # a 1-D array counts by size
+    # A 1-D array counts by size; an Embedding (its norm summed already) is taken as it is.
+    query_embedding: Sequence[float] | FloatArray | Embedding | None = None
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
@@ -391,9 +392,13 @@ def _positional(state: EngineState, retrieval: RetrievalConfig, seeds: dict[str,
     return _Positional(scored, seeds, list(map(state.payloads.get, scored.ids)))
 
 
-def _query_embedding(values: Sequence[float] | FloatArray | None) -> Embedding | None:
+def _query_embedding(values: Sequence[float] | FloatArray | Embedding | None,
+                     ) -> Embedding | None:
     """The query vector, None when missing or empty. An array is taken as it is (no
-    conversion to floats and back) and counts as empty by its size, not its truth value."""
+    conversion to floats and back) and counts as empty by its size, not its truth value;
+    so does an Embedding (as `Embedding.of` makes it: its norm is not summed again)."""
+    if isinstance(values, Embedding):
+        return values if values.vector.size else None
     if isinstance(values, np.ndarray):  # `Embedding.of` takes arrays as they are
         return Embedding.of(values) if values.size else None
     return Embedding.of(values) if values else None

@@ -72,6 +72,7 @@ from msprlab.engine import (
 )
 from msprlab.engine.batch import FEATURES, INTENTS, WEIGHTS, CandidateBlock
 from msprlab.engine.config import IntentConfig, as_dict
+from msprlab.engine.graph import Embedding, row_norms_sq
 from msprlab.engine.intent import Classifier, Intent, IntentRouter
 from msprlab.engine.roles import (
     CompositePolicy,
@@ -363,6 +364,8 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
                 values["kind"], values["ts"], values["query_id"], strict=True)
             if kind == "search" and q in query_row], vectors)
     planned = 0
+    # each query's vector with its norm, summed once rather than at each of its searches
+    embeddings = list(map(Embedding, vectors, row_norms_sq(vectors)))
     rows = zip(*values.values(), strict=True)
     total = events.height
     runs = [(state, timeline)] + ([] if check is None else [(check, check_timeline)])
@@ -397,7 +400,7 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
                 query=text, seeds=seeds, user_id=user, agent_id=agent, run_id=run_id,
                 filters=json.loads(filters) if filters and filters != "{}" else None,
                 limit=logged_limit if limit is None else limit,
-                query_embedding=None if q is None else vectors[q])
+                query_embedding=None if q is None else embeddings[q])
             outcome, error = _search(run_search, state, request, now)
             reference = None
             if check is not None:

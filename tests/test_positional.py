@@ -385,3 +385,25 @@ def test_a_stored_payload_that_is_not_a_mapping_only_matters_where_it_is_a_candi
     got = search(indexed, req, now=now)
     assert callable(got._candidates)  # the positional path ran
     assert outcome_bits(got) == outcome_bits(want)
+
+
+def test_a_query_vector_given_as_an_embedding_searches_as_the_vector_does() -> None:
+    """A replay hands each query's Embedding (norm summed once) instead of its vector:
+    the same outcomes, on both paths; an empty one counts as no vector."""
+    from dataclasses import replace
+
+    from msprlab.experiments import bench_engine
+
+    world, reqs = bench_world(200, 1)
+    for positional in (True, False):
+        given, summed = (bench_engine.build(world, "bfs") for _ in range(2))
+        given.positional_search = summed.positional_search = positional
+        for req in reqs[:20]:
+            vector = np.asarray(req.query_embedding, dtype=np.float64)
+            for as_given, as_embedding in ((vector, Embedding.of(vector)),
+                                           (np.zeros(0), Embedding.of(np.zeros(0)))):
+                want = search(given, replace(req, query_embedding=as_given),
+                              now=bench_engine.NOW)
+                got = search(summed, replace(req, query_embedding=as_embedding),
+                             now=bench_engine.NOW)
+                assert outcome_bits(got) == outcome_bits(want)
