@@ -16,9 +16,10 @@ takes a new row at the end.
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
@@ -28,6 +29,7 @@ import numpy.typing as npt
 
 # Nodes and edges are defined beside their columns; everything else imports them from here.
 from .adjacency import AdjacencyIndex
+from .jit import exact_njit
 from .records import EdgeColumns, LooseEdges, NodeColumns
 from .records import MemoryEdge as MemoryEdge
 from .records import MemoryNode as MemoryNode
@@ -76,12 +78,26 @@ def sequential_sum(values: FloatArray) -> float:
 
 
 def row_norms_sq(matrix: FloatArray) -> list[float]:
-    """`Embedding.of(row).norm_sq` of every row of a 2-D float64 matrix, in one pass: the
-    accumulation runs along each row left to right, as for the row alone."""
-    if matrix.shape[1] == 0:
-        return [0.0] * matrix.shape[0]
-    squares = matrix * matrix
-    return np.add.accumulate(squares, axis=1)[:, -1].tolist()  # type: ignore[no-any-return]
+    """`Embedding.of(row).norm_sq` of every row of a 2-D float64 matrix, compiled: each
+    row's squares summed left to right, as for the row alone."""
+    out = np.zeros(matrix.shape[0])
+    _row_norms()(np.ascontiguousarray(matrix, dtype=np.float64), out)
+    found: list[float] = out.tolist()
+    return found
+
+
+def _row_norms_loop(matrix: FloatArray, out: FloatArray) -> None:
+    for i in range(matrix.shape[0]):
+        total = 0.0  # 0 + the first square is that square (squares are never -0)
+        for j in range(matrix.shape[1]):
+            square = matrix[i, j] * matrix[i, j]
+            total += square
+        out[i] = total
+
+
+@functools.cache
+def _row_norms() -> Callable[[FloatArray, FloatArray], None]:
+    return exact_njit(_row_norms_loop)
 
 
 @dataclass(frozen=True, slots=True)
