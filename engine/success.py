@@ -39,6 +39,9 @@ class SuccessStore:
         self.rows: list[SuccessRow] = []
         self._next_id = 1
         self._counts: dict[tuple[str, str, str | None], list[int]] = defaultdict(lambda: [0, 0])
+        # (query hash, user or None) of every count: a search whose pair has none reads no
+        # memory's rate (all are 0)
+        self._pairs: set[tuple[str, str | None]] = set()
 
     def record(self, *, query_hash: str, memory_id: str, helpful: bool, user_id: str | None,
                timestamp: datetime, feedback_id: int | None) -> int:
@@ -57,6 +60,12 @@ class SuccessStore:
             counts = self._counts[key]
             counts[0] += 1
             counts[1] += int(row.helpful)
+            self._pairs.add((key[0], key[2]))
+
+    def has_counts(self, query_hash: str | None, *, user_id: str | None) -> bool:
+        """Whether any memory has counts for this query hash (and user, when given): if
+        not, every `hit_rate` of it is 0."""
+        return (query_hash, user_id) in self._pairs
 
     def hit_rate(self, query_hash: str | None, memory_id: str, *, user_id: str | None,
                  min_samples: int) -> float:
@@ -90,6 +99,7 @@ class SuccessStore:
         removed = len(self.rows) - len(kept)
         self.rows = kept
         self._counts.clear()
+        self._pairs.clear()
         for row in kept:
             self._count(row)
         return removed

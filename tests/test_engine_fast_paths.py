@@ -624,3 +624,30 @@ def test_row_norms_are_each_rows_own_norm(rows: int, dim: int, seed: int,
     matrix = np.random.default_rng(seed).normal(size=(rows, dim)) * scale
     assert list(map(bits, row_norms_sq(matrix))) == [
         bits(Embedding.of(row.copy()).norm_sq) for row in matrix]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_query_without_counts_has_every_rate_zero(seed: int) -> None:
+    """The search skips the success term's lookups when `has_counts` says no memory has
+    counts for its (query hash, user): that must mean every rate is 0, after rows are
+    recorded and after resets."""
+    from msprlab.engine.success import SuccessStore
+
+    rng = random.Random(seed)
+    store = SuccessStore()
+    hashes, memories, users = ["h1", "h2", "h3", None], ["m1", "m2", "m3"], ["u1", "u2", None]
+    for step in range(120):
+        if step % 40 == 39:
+            store.reset(rng.choice(users))
+        else:
+            store.record(query_hash=rng.choice(hashes[:3]), memory_id=rng.choice(memories),
+                         helpful=rng.random() < 0.5, user_id=rng.choice(users),
+                         timestamp=T_FIXTURE, feedback_id=None)
+        for query_hash in hashes:
+            for user in users:
+                rates = [store.hit_rate(query_hash, m, user_id=user, min_samples=1)
+                         for m in memories]
+                counted = [store._counts.get((query_hash, m, user)) for m in memories]
+                has = store.has_counts(query_hash, user_id=user)
+                assert has == any(c is not None and c[0] > 0 for c in counted)
+                assert has or rates == [0.0] * len(memories)
