@@ -6,7 +6,8 @@ walk and the features and final scores run in two compiled loops over arrays by 
 position, giving exactly what the object path gives: the same candidates in the same
 order, the same doubles (no fastmath, engine/jit.py; every operation the loop's own, in
 its order). Candidates and their payloads are made only when read (`search` makes its
-results; the others when `SearchOutcome.candidates` is read).
+results; the others when `SearchOutcome.candidates` is read); readers of the values alone
+(a replay's table) take them as columns (`SearchOutcome.columns`).
 
 What the loops read, and how it stays current:
 
