@@ -466,8 +466,6 @@ def _success_provider(state: EngineState, retrieval: RetrievalConfig, query: str
         return None
     query_hash = hash_query(query)
     user = None if ctx.user_id is None else str(ctx.user_id)
-    if not store.has_counts(query_hash, user_id=user):
-        return None  # no memory has a rate for this query: every success term is 0
     min_samples = max(1, mspr.success.min_sample_size)
     return store.hit_rates(query_hash, user_id=user, min_samples=min_samples)
 

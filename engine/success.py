@@ -39,8 +39,7 @@ class SuccessStore:
         self.rows: list[SuccessRow] = []
         self._next_id = 1
         self._counts: dict[tuple[str, str, str | None], list[int]] = defaultdict(lambda: [0, 0])
-        # (query hash, user or None) of every count: a search whose pair has none reads no
-        # memory's rate (all are 0)
+        # (query hash, user or None) of every count: a pair with none has no rates to read
         self._pairs: set[tuple[str, str | None]] = set()
 
     def record(self, *, query_hash: str, memory_id: str, helpful: bool, user_id: str | None,
@@ -62,11 +61,6 @@ class SuccessStore:
             counts[1] += int(row.helpful)
             self._pairs.add((key[0], key[2]))
 
-    def has_counts(self, query_hash: str | None, *, user_id: str | None) -> bool:
-        """Whether any memory has counts for this query hash (and user, when given): if
-        not, every `hit_rate` of it is 0."""
-        return (query_hash, user_id) in self._pairs
-
     def hit_rate(self, query_hash: str | None, memory_id: str, *, user_id: str | None,
                  min_samples: int) -> float:
         """helpful / total for the pair (one user's rows when given), 0 below min_samples."""
@@ -78,10 +72,12 @@ class SuccessStore:
         return max(0.0, min(1.0, counts[1] / counts[0]))
 
     def hit_rates(self, query_hash: str | None, *, user_id: str | None,
-                  min_samples: int) -> Callable[[str], float]:
-        """`lambda memory_id: self.hit_rate(query_hash, memory_id, ...)`, for one search."""
-        if not query_hash:
-            return lambda memory_id: 0.0
+                  min_samples: int) -> Callable[[str], float] | None:
+        """`lambda memory_id: self.hit_rate(query_hash, memory_id, ...)`, for one search;
+        None when no memory has counts for the query (and user): every rate is then 0, and
+        a search reads none."""
+        if not query_hash or (query_hash, user_id) not in self._pairs:
+            return None
         counts_of = self._counts
         need = max(1, min_samples)
 

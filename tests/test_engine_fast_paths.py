@@ -628,9 +628,9 @@ def test_row_norms_are_each_rows_own_norm(rows: int, dim: int, seed: int,
 
 @pytest.mark.parametrize("seed", range(3))
 def test_a_query_without_counts_has_every_rate_zero(seed: int) -> None:
-    """The search skips the success term's lookups when `has_counts` says no memory has
-    counts for its (query hash, user): that must mean every rate is 0, after rows are
-    recorded and after resets."""
+    """The search skips the success term's lookups when `hit_rates` gives no provider
+    (no memory has counts for its query hash and user): that must mean every rate is 0,
+    after rows are recorded and after resets; a provider gives each memory's rate."""
     from msprlab.engine.success import SuccessStore
 
     rng = random.Random(seed)
@@ -648,6 +648,9 @@ def test_a_query_without_counts_has_every_rate_zero(seed: int) -> None:
                 rates = [store.hit_rate(query_hash, m, user_id=user, min_samples=1)
                          for m in memories]
                 counted = [store._counts.get((query_hash, m, user)) for m in memories]
-                has = store.has_counts(query_hash, user_id=user)
+                provider = store.hit_rates(query_hash, user_id=user, min_samples=1)
+                has = provider is not None
                 assert has == any(c is not None and c[0] > 0 for c in counted)
                 assert has or rates == [0.0] * len(memories)
+                if provider is not None:
+                    assert list(map(provider, memories)) == rates
