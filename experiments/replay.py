@@ -413,7 +413,7 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
             if q is None:
                 continue  # nothing to evaluate it against; its decay tick has happened
             label = outcome.intent.label if outcome is not None and outcome.intent else None
-            ids, values = _columns(outcome)
+            ids, candidate_values = _columns(outcome)
             multipliers = visible = None
             if ids:
                 ctx = role_context_from_filters(user_id=user, agent_id=agent, run_id=run_id,
@@ -427,7 +427,7 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
                        intent=(label or Intent.UNKNOWN).value,
                        label=(label or labeller(text)).value,
                        question_type=question_type.get(query_id), error=error,
-                       logged=shown, engine=reference, ids=ids, values=values,
+                       logged=shown, engine=reference, ids=ids, values=candidate_values,
                        multipliers=multipliers, visible=visible, grades=corpus.grades[q])
     if progress is not None:
         progress(total, total)
@@ -563,6 +563,8 @@ def _columns(outcome: SearchOutcome | None) -> tuple[list[str], tuple[Sequence[A
     if not candidates:
         return [], _NO_VALUES
     return list(map(_ID, candidates)), tuple(zip(*map(_VALUES_OF, candidates), strict=True))
+
+
 # What a search row takes from its event as it is (`logged` is the event's `shown`).
 _FROM_EVENT = ("event_id", "ts", "query_id", "query", "user_id", "agent_id", "run_id")
 _SEARCH_COLUMNS = ("search", *_FROM_EVENT, "limit", "intent", "intent_label", "question_type",
