@@ -30,7 +30,7 @@ import numpy.typing as npt
 # Nodes and edges are defined beside their columns; everything else imports them from here.
 from .adjacency import AdjacencyIndex
 from .jit import exact_njit
-from .records import EdgeColumns, LooseEdges, NodeColumns
+from .records import EdgeColumns, LooseEdges, NodeColumns, epoch_us
 from .records import MemoryEdge as MemoryEdge
 from .records import MemoryNode as MemoryNode
 from .stores import ChangeLog
@@ -252,6 +252,25 @@ class ContextGraph:
         node.last_accessed_at = now
         if self._peak is not None and not node.archived and count > self._peak:
             self._peak = count  # max(peak, count)
+
+    def record_accesses(self, node_ids: Iterable[str], now: datetime) -> None:
+        """`record_access` of each id in turn, all at `now` (a replayed run of accesses):
+        the same writes, with `now` converted to µs once for the run, not once per access."""
+        us = epoch_us(now)
+        if us is None:  # not a naive datetime: each access marks the columns exotic
+            for node_id in node_ids:
+                self.record_access(node_id, now)
+            return
+        nodes = self.nodes
+        for node_id in node_ids:
+            node = nodes.get(node_id)
+            if node is None:
+                continue
+            count = node.access_count + 1
+            node.access_count = count = count if count > 0 else 0
+            node.stamp_access(now, us)
+            if self._peak is not None and not node.archived and count > self._peak:
+                self._peak = count
 
     # ---- edges ---------------------------------------------------------------------
     def upsert_edge(self, edge: MemoryEdge) -> MemoryEdge:

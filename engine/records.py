@@ -409,6 +409,11 @@ class MemoryNode(_Record):
         self._cols.accessed[self._row] = value
         self._cols.refresh_anchor(self._row)
 
+    def stamp_access(self, now: datetime, now_us: int) -> None:
+        """`last_accessed_at = now`, given `epoch_us(now)` (not None)."""
+        self._cols.accessed[self._row] = now
+        self._cols.anchor_us[self._row] = now_us
+
     # ---- values kept also as codes in a graph's columns -------------------------------
     @property
     def user_id(self) -> str | None:

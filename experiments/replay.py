@@ -386,9 +386,7 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
                                 user_id=user, agent_id=agent, run_id=run_id, query=text)
         elif kind == "access":
             for st, _ in runs:
-                record = st.graph.record_access
-                for memory_id in memory_ids:
-                    record(memory_id, now)
+                st.graph.record_accesses(memory_ids, now)
         else:
             q = query_row.get(query_id) if query_id is not None else None
             seeds = []

@@ -414,6 +414,35 @@ def test_remove_edges_is_a_remove_edge_per_edge(seed: int) -> None:
             add_random_edge(rng, graph, ids, T, [])
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_record_accesses_is_a_record_access_per_id(seed: int) -> None:
+    """Counts, times, the tick's anchors and the cached peak as one call per access, runs
+    with unknown and repeated ids, counts below zero and archived nodes among them; an
+    aware time goes exotic as one call per access does."""
+    rng = random.Random(seed)
+    now = T
+    graph, ids = random_graph(rng, now)
+    for node in rng.sample([n for n in graph.nodes.values() if n is not None],
+                           k=min(3, sum(n is not None for n in graph.nodes.values()))):
+        node.access_count = rng.choice([-3, -1, 7])
+    graph.peak_access_count()                           # a cached peak, kept up to date
+    one_by_one = copy.deepcopy(graph)
+    for step in range(8):
+        now += timedelta(minutes=rng.choice([0, 1, 90]))
+        when = now.replace(tzinfo=UTC) if seed % 4 == 0 and step == 5 else now
+        run = [rng.choice([*ids, "nobody"]) for _ in range(rng.randrange(0, 12))]
+        graph.record_accesses(run, when)
+        for memory_id in run:
+            one_by_one.record_access(memory_id, when)
+        assert ([(n.access_count, n.last_accessed_at) for n in graph.nodes.values() if n]
+                == [(n.access_count, n.last_accessed_at)
+                    for n in one_by_one.nodes.values() if n])
+        cols, expected = graph.node_columns, one_by_one.node_columns
+        assert (cols.access, cols.anchor_us, cols.accessed, cols.exotic) == (
+            expected.access, expected.anchor_us, expected.accessed, expected.exotic)
+        assert graph._peak == one_by_one._peak
+
+
 def _exp_each(x: Any, out: Any) -> None:
     for i in range(x.size):
         out[i] = math.exp(x[i])
