@@ -287,13 +287,17 @@ class ContextGraph:
             return existing
         self._ensure(edge.src)
         self._ensure(edge.dst)
-        self._succ[edge.src].setdefault(edge.dst, {})[edge.type] = edge
+        targets = self._succ[edge.src]
+        new_pair = edge.dst not in targets
+        targets.setdefault(edge.dst, {})[edge.type] = edge
         self._pred[edge.dst].setdefault(edge.src, {})[edge.type] = edge
         edge.bind(self.edge_columns)        # its row: the next one, len(self._rows)
+        src, dst = self._position[edge.src], self._position[edge.dst]
+        self._index.link(src, dst, len(self._rows), new_pair)
         self._rows.append(edge)
         self._alive.append(1)
-        self._row_src.append(self._position[edge.src])
-        self._row_dst.append(self._position[edge.dst])
+        self._row_src.append(src)
+        self._row_dst.append(dst)
         self._row_sticky.append(edge.type in STICKY_EDGE_TYPES)
         self._forget_adjacent(edge)
         self.version += 1
@@ -315,6 +319,7 @@ class ContextGraph:
         """
         succ, pred = self._succ, self._pred
         rows, alive = self._rows, self._alive
+        index, position = self._index, self._position
         loose = LooseEdges()
         removed = 0
         try:
@@ -332,6 +337,7 @@ class ContextGraph:
                 if not by_type:
                     del targets[dst]
                     del sources[src]
+                index.unlink(position[src], position[dst], row)
                 rows[row] = None
                 alive[row] = 0
                 removed += 1
@@ -386,17 +392,7 @@ class ContextGraph:
         valid until an edge comes or goes."""
         index = self._index
         if index.stale:
-            if index.needs_fresh_pool():
-                index.fresh_pool()
-            position, ids = self._position, self.node_ids
-            for at in index.stale:
-                others: list[int] = []
-                rows: list[int] = []
-                for other, edge in self._adjacent_edges(ids[at]):
-                    others.append(position[other])
-                    rows.append(edge._row)
-                index.put(at, others, rows)
-            index.stale.clear()
+            index.refresh()
         return index
 
     def incident(self, node_id: str) -> Iterator[MemoryEdge]:
@@ -429,8 +425,8 @@ class ContextGraph:
 
     def _adjacent_edges(self, node_id: str) -> Iterator[tuple[str, MemoryEdge]]:
         """(the node at the other end, the edge) for each edge of a node but self loops:
-        outgoing then incoming, each in the adjacency dicts' order. The one place that
-        says the order `adjacent` and `adjacency_index` list."""
+        outgoing then incoming, each in the adjacency dicts' order: the order `adjacent`
+        lists, and `AdjacencyIndex.link` keeps for `adjacency_index`."""
         for adjacency in (self._succ, self._pred):
             for other, by_type in adjacency.get(node_id, {}).items():
                 if other == node_id:

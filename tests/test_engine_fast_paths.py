@@ -293,6 +293,41 @@ def test_adjacent_lists_neighbours_without_self_loops() -> None:
     assert len(graph.adjacent("m1")[1]) == len(before) + 1  # the version change dropped the cache
 
 
+def index_entries(graph: ContextGraph, node_id: str) -> list[tuple[int, int]]:
+    """`adjacency_index` for one node: (position at the other end, edge row), in order."""
+    index = graph.adjacency_index()
+    at = graph._position[node_id]
+    entries = range(index.start[at], index.start[at] + index.count[at])
+    return [(index.other[i], index.row[i]) for i in entries]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_adjacency_index_lists_what_the_dicts_list(seed: int) -> None:
+    """The index's lists, kept as edges come and go, against the graph's dicts read afresh:
+    new pairs, more types of a pair, pairs emptied and joined again, self loops, bare
+    ends, keys written again, and enough removals to compact the rows; read in between."""
+    rng = random.Random(seed)
+    graph = ContextGraph()
+    ids = [f"m{i}" for i in range(rng.choice([3, 12, 60]))]
+    for node_id in ids[::2]:
+        graph.add_node(MemoryNode(node_id, "", T0, T0))
+    kinds = list(EdgeType)[:rng.choice([1, 2, len(EdgeType)])]
+    for _ in range(rng.choice([4, 12, 40])):
+        for _ in range(rng.randrange(0, 120)):
+            src = rng.choice(ids)
+            dst = src if rng.random() < 0.05 else rng.choice(ids)
+            graph.upsert_edge(MemoryEdge(src, dst, rng.choice(kinds), rng.random(), T0, T0))
+        edges = list(graph.edges())
+        graph.remove_edges(rng.sample(edges, rng.randrange(0, len(edges) + 1)))
+        for node_id in rng.sample(ids, min(len(ids), 5)) if rng.random() < 0.7 else []:
+            if node_id in graph.nodes:
+                index_entries(graph, node_id)         # a walk reads some, mid-way
+        for node_id in graph.nodes:
+            assert index_entries(graph, node_id) == [
+                (graph._position[other], edge._row)
+                for other, edge in graph._adjacent_edges(node_id)]
+
+
 @pytest.mark.parametrize("case", range(60))
 def test_bfs_matches_the_neighbours_oracle(case: int) -> None:
     rng = random.Random(case)
