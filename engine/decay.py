@@ -222,17 +222,20 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
             n_others += 1
     if node_pass:
         # Each node's largest live weight after the edge pass, by the rows' positions
-        # (any order: the values are compared, never summed; see "Order" above).
-        best = np.zeros(len(archived))
+        # (any order: the values are compared, never summed; see "Order" above). From
+        # -inf, max gives the first live weight and then any greater one, as max(live)
+        # does; written as stores, not branches, which random weights mispredict.
+        best = np.full(len(archived), -np.inf)
         live = np.zeros(len(archived), np.bool_)
         for row in range(n_rows):
             w = weight[row]
             if not alive[row] or gone[row] or not w >= min_edge:
                 continue
-            for end in (src[row], dst[row]):
-                if not live[end] or w > best[end]:      # max(live)
-                    best[end] = w
-                    live[end] = True
+            a, b = src[row], dst[row]
+            best[a] = max(best[a], w)
+            live[a] = True
+            best[b] = max(best[b], w)
+            live[b] = True
         last, recency = 0, math.exp(neg_lam * 0.0)          # the memo again, at Δ = 0
         for p in range(len(archived)):
             if archived[p]:
