@@ -49,9 +49,15 @@ class AdjacencyIndex:
         src to dst before (else it follows their other types). Self loops are not listed."""
         if src == dst:
             return
-        for at, side, other in ((src, 0, dst), (dst, 2, src)):
-            others, rows = self.ends[at][side], self.ends[at][side + 1]
-            i = len(others) if new_pair else len(others) - others[::-1].index(other)
+        out, into = self.ends[src], self.ends[dst]
+        if new_pair:  # the common case, spelled out: two appends on each end
+            out[0].append(dst)
+            out[1].append(row)
+            into[2].append(src)
+            into[3].append(row)
+            return
+        for others, rows, other in ((out[0], out[1], dst), (into[2], into[3], src)):
+            i = len(others) - others[::-1].index(other)
             others.insert(i, other)
             rows.insert(i, row)
 
