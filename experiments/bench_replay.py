@@ -10,7 +10,11 @@ Measured side by side in one run (the machine is shared: compare the ratios):
    per weight vector without the batch scorer. And the logged replay with each search
    given no seeds (it still runs its checks, ticks decay and labels the intent, but has
    nothing to expand or score): what the replay costs outside the search, a bound no
-   faster search can lift it past.
+   faster search can lift it past. Last, the logged replay of a larger graph, a synthetic
+   world of `--large-memories` memories (and its edges), 2,000 searches: the rate falls
+   as the graph grows, since a decay tick visits every edge and node, and the library
+   ticks on a search at most once per hour of log time (in these logs, at half the
+   searches or more).
 2. One trial, as a tuner runs it: score a weight vector for 10,000 searches x 50
    candidates (`engine.batch`), rank the judged rows and compute ndcg@10, recall@100 and
    mrr (`experiments.metrics`). The candidate table is synthetic (random features with
@@ -141,6 +145,17 @@ class ReplayRates:
     searches: int
 
 
+@dataclass(frozen=True)
+class LargeRate:
+    """Searches/s replaying a synthetic world's log (logged, every signal on), the faster
+    of two runs."""
+
+    rate: float
+    memories: int
+    edges: int
+    searches: int
+
+
 def _without_seeds(state: Any, req: Any, *, now: Any) -> Any:
     """`featurize_search` given no seeds: its checks, the decay tick on read and the intent
     label, then nothing to expand or score (the replay's table gets no candidates)."""
@@ -178,13 +193,36 @@ def replay_rates(searches: int, seed: int) -> ReplayRates:
                        evaluated)
 
 
+def large_rate(memories: int, searches: int, seed: int) -> LargeRate:
+    from msprlab.datasets.build import LogSpec, build_synthetic
+    from msprlab.datasets.synthetic import SyntheticSpec
+    from msprlab.experiments.replay import replay
+    from msprlab.experiments.replay_cli import all_signals_config
+    users = 20
+    print(f"building a synthetic world of {memories:,} memories, {searches:,} searches "
+          "(not timed) ...", flush=True)
+    spec = SyntheticSpec(n_users=users, memories_per_user=max(1, memories // users),
+                         queries_per_user=max(1, searches // (2 * users)))
+    world, _ = build_synthetic(spec, LogSpec(n_searches=searches), seed=seed)
+    rates = []
+    for _ in range(2):
+        started = time.perf_counter()
+        table = replay(world, all_signals_config(), frequency="logged")
+        rates.append(table.searches.height / (time.perf_counter() - started))
+    return LargeRate(max(rates), world.memories.height, world.edges.height,
+                     table.searches.height)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--searches", type=int, default=2000, help="replayed log size")
     parser.add_argument("--repeats", type=int, default=30, help="trials timed")
+    parser.add_argument("--large-memories", type=int, default=10_000, metavar="N",
+                        help="memories in the larger synthetic world replayed (0: skip it)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory():
         r = replay_rates(args.searches, seed=1)
+        large = large_rate(args.large_memories, 2000, seed=1) if args.large_memories else None
     t = time_trials(args.repeats, 10_000, 50)
     trial_ms = t.trial
     sequential = r.closed_loop
@@ -196,6 +234,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  outside the search (timeline, seeds, feedback, accesses, decay ticks, intent "
           f"labels, the table; each search given no seeds): "
           f"{r.outside:,.0f} searches/s, the most a faster search could give")
+    if large is not None:
+        print(f"  a larger graph, a synthetic world of {large.memories:,} memories and "
+              f"{large.edges:,} edges, {large.searches:,} searches: {large.rate:,.0f} "
+              "searches/s (a decay tick, on a search at most once per hour of log time, visits "
+              "the whole graph)")
     print(f"one trial, 10,000 searches x 50 candidates (ndcg@10, recall@100, mrr): "
           f"{trial_ms:.2f} ms median of {args.repeats} (scoring and ranking {t.scoring:.2f} ms, "
           f"metrics {trial_ms - t.scoring:.2f} ms; target <= 10 ms)")
