@@ -5,13 +5,14 @@ For the node at position p (`ContextGraph.nodes` order), entries `start[p]` to
 edge's row, `ContextGraph.edge_rows`) list its edges in `ContextGraph.adjacent` order:
 outgoing then incoming, each side in the adjacency dicts' order, self loops left out.
 
-Each node's entries are also kept as lists, in that order, as edges come and go (`link`,
-`unlink`): a new pair of ends goes last on its side, another type of an existing pair
-right after that pair's entries, as the dicts place them; a removal takes its entry out.
+Each node's entries are also kept in arrays of its own, in that order, as edges come and
+go (`link`, `unlink`): a new pair of ends goes last on its side, another type of an
+existing pair right after that pair's entries, as the dicts place them; a removal takes
+its entry out.
 An edge coming or going makes its two ends stale, and the graph copies the stale nodes'
-lists into the pool before a walk reads it (`ContextGraph.adjacency_index`); the entries
+entries into the pool before a walk reads it (`ContextGraph.adjacency_index`); the entries
 they replace become garbage, and the pool starts afresh once garbage outweighs what is
-live. So a change costs list operations on the two ends, not a walk over their edge
+live. So a change costs a few array operations on the two ends, not a walk over their edge
 objects in the graph's dicts (which, for a node with many edges, cost more each time it
 gains one).
 """
@@ -37,12 +38,12 @@ class AdjacencyIndex:
         self.stale: set[int] = set()  # positions whose entries must be copied again
         self.live = 0                 # entries that some node's slice still covers
         # per position: its outgoing entries (others, rows), then its incoming ones
-        self.ends: list[tuple[list[int], list[int], list[int], list[int]]] = []
+        self.ends: list[tuple[array[int], array[int], array[int], array[int]]] = []
 
     def add_position(self) -> None:
         self.start.append(0)
         self.count.append(0)
-        self.ends.append(([], [], [], []))
+        self.ends.append((array("q"), array("q"), array("q"), array("q")))
 
     def link(self, src: int, dst: int, row: int, new_pair: bool) -> None:
         """A new edge key at `row`, from position src to dst; `new_pair`: no edge joined
@@ -80,7 +81,7 @@ class AdjacencyIndex:
             self.put(at, out_others + in_others, out_rows + in_rows)
         self.stale.clear()
 
-    def put(self, position: int, others: list[int], rows: list[int]) -> None:
+    def put(self, position: int, others: array[int], rows: array[int]) -> None:
         """The entries of the node at `position`, replacing any it had."""
         self.live += len(others) - self.count[position]
         self.start[position] = len(self.other)
@@ -103,7 +104,7 @@ class AdjacencyIndex:
     def renumber_rows(self, alive: bytes | bytearray) -> None:
         """Edge rows were compacted (rows whose `alive` byte is 0 dropped): renumber.
 
-        The lists hold live edges only. In the pool, entries of removed edges sit only in
+        A node's own arrays hold live edges only. In the pool, entries of removed edges sit only in
         stale or garbage slices (a removal makes both ends stale), so whatever number they
         get is never read.
         """
@@ -115,4 +116,4 @@ class AdjacencyIndex:
         for ends in self.ends:
             for rows_of in (ends[1], ends[3]):
                 if rows_of:
-                    rows_of[:] = map(new_row, rows_of)
+                    rows_of[:] = array("q", map(new_row, rows_of))
