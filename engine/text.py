@@ -13,8 +13,11 @@ from .graph import Embedding, FloatArray
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _NO_TOKENS: frozenset[str] = frozenset()
-# The ASCII word characters (what \w matches below 128) and the space.
-_WORD_BYTES_AND_SPACE = (string.ascii_letters + string.digits + "_ ").encode()
+# Per byte: an ASCII word character (what \w matches below 128) lower-cased, any other
+# ASCII byte a space (bytes past 127 never occur in the ASCII texts it is used on).
+_ASCII_WORDS = bytes(
+    ord(c.lower()) if c in string.ascii_letters + string.digits + "_" else ord(" ")
+    for c in map(chr, range(128))) + bytes(range(128, 256))
 # text -> its token set, so that a memory's text is tokenized once, not per search. Keyed
 # by the text itself, so a payload whose text changes is simply tokenized anew; emptied
 # when it holds this many texts (a 12-word text's set takes about 1.4 kB with its tokens).
@@ -47,15 +50,11 @@ def split_tokens(text: str) -> list[str]:
     """
     if not text.isascii():
         return [t.lower() for t in _TOKEN.findall(text)]
-    # Lower-casing ASCII first finds the same tokens: it maps A-Z to a-z only, and both are
-    # word characters. (Not so beyond ASCII: "İ".lower() is two characters, the second not
-    # a word character.)
-    if text.encode().translate(None, _WORD_BYTES_AND_SPACE):
-        return _TOKEN.findall(text.lower())
-    # Only [A-Za-z0-9_] and spaces: the \w+ runs are the space-separated words. (Deleting
-    # those bytes is the cheapest such test: no per-character Unicode lookups, as
-    # `str.isalnum` makes.)
-    return text.lower().split()
+    # In ASCII the \w+ runs are the runs of [A-Za-z0-9_]: with every other byte made a
+    # space they are the space-separated words, and lower-casing maps A-Z to a-z only.
+    # (Not so beyond ASCII: "İ".lower() is two characters, the second not a word
+    # character.) One byte table does both, with no per-character Unicode lookups.
+    return text.encode().translate(_ASCII_WORDS).decode().split()
 
 
 def clear_token_cache() -> None:

@@ -77,6 +77,12 @@ def test_token_sets_match_the_regex_oracle(text: str) -> None:
     assert tokens(text) == frozenset(t.lower() for t in _TOKEN.findall(text))
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=40))
+def test_ascii_tokens_are_the_regex_tokens_in_order(text: str) -> None:
+    assert split_tokens(text) == [t.lower() for t in _TOKEN.findall(text)]
+
+
 @pytest.mark.parametrize("text", ["", None, 3, ["a"], "Alice's nut-free MEAL_2", "İx", "a\tb",
                                   "a\x1cb c", "w1  W2 ", " _x_ 9 "])
 def test_token_edge_cases(text: Any) -> None:
