@@ -9,6 +9,7 @@ Each node's entries are also kept in arrays of its own, in that order, as edges 
 go (`link`, `unlink`): a new pair of ends goes last on its side, another type of an
 existing pair right after that pair's entries, as the dicts place them; a removal takes
 its entry out.
+
 An edge coming or going makes its two ends stale, and the graph copies the stale nodes'
 entries into the pool before a walk reads it (`ContextGraph.adjacency_index`); the entries
 they replace become garbage, and the pool starts afresh once garbage outweighs what is
@@ -104,9 +105,9 @@ class AdjacencyIndex:
     def renumber_rows(self, alive: bytes | bytearray) -> None:
         """Edge rows were compacted (rows whose `alive` byte is 0 dropped): renumber.
 
-        A node's own arrays hold live edges only. In the pool, entries of removed edges sit only in
-        stale or garbage slices (a removal makes both ends stale), so whatever number they
-        get is never read.
+        A node's own arrays hold live edges only. In the pool, entries of removed edges sit
+        only in stale or garbage slices (a removal makes both ends stale), so whatever
+        number they get is never read.
         """
         renumbered = np.cumsum(np.frombuffer(alive, dtype=np.uint8), dtype=np.int64) - 1
         if self.row:

@@ -244,33 +244,25 @@ class ContextGraph:
 
     def record_access(self, node_id: str, now: datetime) -> None:
         """Access counting (MSPR.md section 15); unknown and bare nodes are skipped."""
-        node = self.nodes.get(node_id)
-        if node is None:
-            return
-        count = node.access_count + 1
-        node.access_count = count = count if count > 0 else 0  # max(0, count)
-        node.last_accessed_at = now
-        if self._peak is not None and not node.archived and count > self._peak:
-            self._peak = count  # max(peak, count)
+        self.record_accesses((node_id,), now)
 
     def record_accesses(self, node_ids: Iterable[str], now: datetime) -> None:
-        """`record_access` of each id in turn, all at `now` (a replayed run of accesses):
-        the same writes, with `now` converted to µs once for the run, not once per access."""
+        """`record_access` of each id in turn, all at `now`, converted to µs once (a replay
+        applies each run of accesses at one time in one call)."""
         us = epoch_us(now)
-        if us is None:  # not a naive datetime: each access marks the columns exotic
-            for node_id in node_ids:
-                self.record_access(node_id, now)
-            return
         nodes = self.nodes
         for node_id in node_ids:
             node = nodes.get(node_id)
             if node is None:
                 continue
             count = node.access_count + 1
-            node.access_count = count = count if count > 0 else 0
-            node.stamp_access(now, us)
+            node.access_count = count = count if count > 0 else 0  # max(0, count)
+            if us is None:  # not a naive datetime: the setter marks the columns exotic
+                node.last_accessed_at = now
+            else:
+                node.stamp_access(now, us)
             if self._peak is not None and not node.archived and count > self._peak:
-                self._peak = count
+                self._peak = count  # max(peak, count)
 
     # ---- edges ---------------------------------------------------------------------
     def upsert_edge(self, edge: MemoryEdge) -> MemoryEdge:

@@ -101,7 +101,6 @@ class ChangeLog(_PlainCopies):
         return self
 
 
-
 class PayloadStore(ChangeLog):
     """memory id -> stored payload: each a `StoredPayload` copy of the mapping put in
     (any other value is kept as it is), whose edits are logged under its memory id."""
@@ -162,4 +161,3 @@ class StoredPayload(_PlainCopies):
         super().update(other)
         self._changed()
         return self
-
