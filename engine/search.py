@@ -154,18 +154,26 @@ def vector_filters(filters: Mapping[str, Any]) -> dict[str, Any]:
 
 def vector_results(state: EngineState, req: SearchRequest) -> list[Payload]:
     """The seeds as search results, threshold applied (the only place it applies)."""
-    hits = []
     make = _hit_maker(state)
+    return [make(memory_id, stored, score) for memory_id, stored, score in _vector_hits(state, req)]
+
+
+def _vector_hits(state: EngineState, req: SearchRequest,
+                 ) -> list[tuple[str, Mapping[str, Any], float | None]]:
+    """The seeds the vector store returns, as (memory id, stored payload, score), with its
+    checks and the threshold."""
+    found = []
+    payloads = state.payloads
     for seed in req.seeds:
-        stored = state.payloads.get(seed.id or "")
+        stored = payloads.get(seed.id or "")
         if stored is None:
             raise SearchError("KeyError", f"seed {seed.id!r} is not a memory in the vector store")
         if req.threshold is not None and seed.score is None:
             raise SearchError("TypeError", "'>=' not supported between instances of 'NoneType' "
                               "and 'float'")
         if req.threshold is None or (seed.score is not None and seed.score >= req.threshold):
-            hits.append(make(seed.id or "", stored, seed.score))
-    return hits
+            found.append((seed.id or "", stored, seed.score))
+    return found
 
 
 def _hit_maker(state: EngineState) -> Callable[[str, Mapping[str, Any], float | None], Payload]:
@@ -222,12 +230,22 @@ def featurize_search(state: EngineState, req: SearchRequest, *, now: datetime) -
         raise ValueError("featurize_search: mspr.frequency counts accesses on the ranked "
                          "results; run `search` instead")
     filters = effective_filters(req)
-    hits = vector_results(state, req)
+    found = _vector_hits(state, req)
     if not _graph_path(state, req):
         return SearchOutcome(results=[])
     ctx = role_context_from_filters(user_id=req.user_id, agent_id=req.agent_id,
                                     run_id=req.run_id, filters=filters)
-    return _featurized(state, req, hits, filters, ctx, now=now, ranks=False).outcome
+    mspr = state.config.mspr
+    if mspr.enabled and mspr.role.enabled and mspr.role.hard_filter and state.policy is not None:
+        make = _hit_maker(state)  # the hard role filter reads every hit whole
+        hits = [make(memory_id, stored, score) for memory_id, stored, score in found]
+        return _featurized(state, req, hits, filters, ctx, now=now, ranks=False).outcome
+    # Featurizing reads a hit's id and score; the whole hit is made from the payload the
+    # search saw only if the candidates are read.
+    stubs = [{"id": memory_id, "score": score} for memory_id, _, score in found]
+    stored = {memory_id: payload for memory_id, payload, _ in found}
+    return _featurized(state, req, stubs, filters, ctx, now=now, ranks=False,
+                       stubs_of=stored).outcome
 
 
 def counts_access(config: EngineConfig) -> bool:
@@ -294,11 +312,15 @@ class _Positional:
     scored: Scored
     seeds: Mapping[str, Payload]
     stored: list[Payload | None]  # the stored payload of each candidate, as the search saw it
+    # When `seeds` are stubs ({"id", "score"}): each seed's stored payload, as the search saw it
+    seeds_stored: Mapping[str, Mapping[str, Any]] | None = None
 
     def candidate(self, i: int) -> Candidate:
         cid = self.scored.ids[i]
         if self.scored.was_seed[i]:
             payload = self.seeds[cid]
+            if self.seeds_stored is not None:
+                payload = seed_payload(cid, self.seeds_stored[cid], payload["score"])
         else:
             stored = self.stored[i]
             payload = (resolved_payload(cid, stored) if stored
@@ -317,9 +339,11 @@ class _Positional:
 
 def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
                 filters: dict[str, Any], ctx: RoleContext, *, now: datetime,
-                ranks: bool) -> _Featurized:
+                ranks: bool,
+                stubs_of: Mapping[str, Mapping[str, Any]] | None = None) -> _Featurized:
     """`graph_first_rerank`'s stages up to the scored candidates (`outcome.candidates`);
-    `ranks`: the search goes on to rank them (and so needs the subgraph)."""
+    `ranks`: the search goes on to rank them (and so needs the subgraph). With `stubs_of`
+    (each hit's stored payload), the hits are stubs: {"id", "score"}."""
     cfg = state.config
     mspr = cfg.mspr
     retrieval = cfg.retrieval
@@ -337,7 +361,10 @@ def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
     seeds = trim_seeds(hits, retrieval.seed_top_k)
     scope = scope_from_filters(filters)
     positional = _positional(state, retrieval, seeds, scope, req, filters, ctx, role_on,
-                             outcome, ranks)
+                             outcome, ranks, stubs_of)
+    if positional is None and stubs_of is not None:  # the object path keeps whole hits
+        make = _hit_maker(state)
+        seeds = {cid: make(cid, stubs_of[cid], stub["score"]) for cid, stub in seeds.items()}
     if positional is not None:
         outcome._candidates = positional.all  # made when read
         outcome.columns = positional.scored
@@ -363,8 +390,8 @@ def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
 
 def _positional(state: EngineState, retrieval: RetrievalConfig, seeds: dict[str, Payload],
                 scope: Scope, req: SearchRequest, filters: Mapping[str, Any],
-                ctx: RoleContext, role_on: bool, outcome: SearchOutcome,
-                ranks: bool) -> _Positional | None:
+                ctx: RoleContext, role_on: bool, outcome: SearchOutcome, ranks: bool,
+                stubs_of: Mapping[str, Mapping[str, Any]] | None) -> _Positional | None:
     """The BFS expansion and the features over node positions (engine/positional.py),
     unless the search needs what only the object path does."""
     corrections = state.config.corrections
@@ -389,7 +416,7 @@ def _positional(state: EngineState, retrieval: RetrievalConfig, seeds: dict[str,
         want_subgraph=ranks)
     if scored is None:
         return None
-    return _Positional(scored, seeds, list(map(state.payloads.get, scored.ids)))
+    return _Positional(scored, seeds, list(map(state.payloads.get, scored.ids)), stubs_of)
 
 
 def _query_embedding(values: Sequence[float] | FloatArray | Embedding | None,
