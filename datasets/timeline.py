@@ -39,7 +39,7 @@ from msprlab.engine.state import EngineState
 from .schema import Dataset
 
 __all__ = ["DEFAULT_SEEDS", "Corpus", "SeedPlan", "Timeline", "corpus_of", "owner_cosine_seeds",
-           "project_queries", "single_embedder", "stable_top", "to_datetime", "to_us",
+           "project_queries", "row_tops", "single_embedder", "stable_top", "to_datetime", "to_us",
            "token_incidence", "unit_rows", "vector_matrix"]
 
 DEFAULT_SEEDS = 10
@@ -410,13 +410,13 @@ class SeedPlan:
                 continue
             matrix = corpus.vectors[live]
             # Each search's product alone (one matrix-vector product: a batched product
-            # may sum in another order); the group's tops are gathered and listed together.
-            tops = np.empty((len(members), min(DEFAULT_SEEDS, live.size)), dtype=np.intp)
-            top_scores = np.empty(tops.shape)
+            # may sum in another order), into a row of the group's scores; then every
+            # row's top at once.
+            scores = np.empty((len(members), live.size))
             for i, k in enumerate(members):
-                scores = matrix @ vectors[searches[k][1]]
-                top = stable_top(-scores, DEFAULT_SEEDS)
-                tops[i], top_scores[i] = top, scores[top]
+                np.matmul(matrix, vectors[searches[k][1]], out=scores[i])
+            tops = row_tops(scores, DEFAULT_SEEDS)
+            top_scores = np.take_along_axis(scores, tops, axis=1)
             for k, seed_ids, seed_scores in zip(members, ids[live[tops]].tolist(),
                                                 top_scores.tolist(), strict=True):
                 self.top[k] = (seed_ids, seed_scores)
@@ -479,6 +479,15 @@ def stable_top(keys: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
     return top
 
 
+def row_tops(scores: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
+    """`stable_top(-row, k)` of each row of a 2-D `scores`, in one compiled pass (rows
+    holding a NaN go through `stable_top`)."""
+    tops = np.empty((scores.shape[0], max(0, min(k, scores.shape[1]))), dtype=np.intp)
+    for i in np.flatnonzero(~_largest()(scores, tops)).tolist():
+        tops[i] = stable_top(-scores[i], k)
+    return tops
+
+
 def _smallest_rows(keys: Any, top: Any) -> bool:
     """The positions of the `len(top)` smallest keys into `top`, ascending, ties in
     position order (the stable sort's head); False at a NaN (which sorts last)."""
@@ -503,3 +512,36 @@ def _smallest_rows(keys: Any, top: Any) -> bool:
 @functools.cache
 def _smallest() -> Callable[..., bool]:
     return exact_njit(_smallest_rows)
+
+
+def _largest_rows(scores: Any, tops: Any) -> Any:
+    """Per row of `scores`, `stable_top(-row, width of tops)` into `tops`' row: the
+    positions of the largest scores, descending, ties in position order (for scores that
+    are not NaN, -a < -b exactly when a > b). A row holding a NaN gets False (its `tops`
+    row is then not valid), the others True."""
+    capacity = tops.shape[1]
+    ok = np.ones(scores.shape[0], np.bool_)
+    for r in range(scores.shape[0]):
+        row = scores[r]
+        top = tops[r]
+        filled = 0
+        for i in range(row.shape[0]):
+            value = row[i]
+            if value != value:
+                ok[r] = False
+                break
+            if filled == capacity and not value > row[top[capacity - 1]]:
+                continue
+            j = filled if filled < capacity else capacity - 1
+            while j > 0 and value > row[top[j - 1]]:  # strictly: an equal score stays behind
+                top[j] = top[j - 1]
+                j -= 1
+            top[j] = i
+            if filled < capacity:
+                filled += 1
+    return ok
+
+
+@functools.cache
+def _largest() -> Callable[..., Any]:
+    return exact_njit(_largest_rows)

@@ -23,6 +23,7 @@ from msprlab.datasets.timeline import (
     Timeline,
     corpus_of,
     owner_cosine_seeds,
+    row_tops,
     stable_top,
     to_datetime,
     vector_matrix,
@@ -224,6 +225,20 @@ KEYS = st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, np.nan, np.inf,
 def test_stable_top_is_the_head_of_the_stable_argsort(keys: list[float], k: int) -> None:
     array = np.array(keys, dtype=np.float64)
     assert stable_top(array, k).tolist() == np.argsort(array, kind="stable")[:k].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 25), st.integers(1, 15), st.data())
+def test_row_tops_are_each_rows_stable_head(rows: int, width: int, k: int,
+                                            data: st.DataObject) -> None:
+    """Ties, ±0, infinities and NaN included: each row's positions are those of the
+    stable argsort of its negated scores (a planned search's seeds)."""
+    values = data.draw(st.lists(st.one_of(
+        st.sampled_from([0.0, -0.0, 0.5, -0.5, 1.0, np.nan, np.inf, -np.inf]),
+        st.floats(-1, 1)), min_size=rows * width, max_size=rows * width))
+    scores = np.array(values, dtype=np.float64).reshape(rows, width)
+    want = [np.argsort(-row, kind="stable")[:k].tolist() for row in scores]
+    assert row_tops(scores, k).tolist() == want
 
 
 # ---- the isolation audit ------------------------------------------------------------------
