@@ -106,6 +106,12 @@ class CandidateCache:
         self.verdict = np.zeros(0, np.uint8)
         self.is_seed = np.zeros(0, np.uint8)
         self.walked_seen = np.zeros(0, np.uint8)
+        # The kernels' outputs (`outputs`), overwritten by each search.
+        self.order = np.zeros(0, np.int64)
+        self.reach = np.zeros(0, np.float64)
+        self.kept = np.zeros(0, np.int64)
+        self.walked = np.zeros(0, np.int64)
+        self.between = np.zeros(0, np.int64)
 
     def scratch(self, positions: int, rows: int) -> tuple[Any, Any, Any, Any]:
         """The walk's scratch for this many positions and edge rows."""
@@ -117,6 +123,20 @@ class CandidateCache:
         if len(self.walked_seen) < rows:
             self.walked_seen = np.zeros(max(rows, 2 * len(self.walked_seen)), np.uint8)
         return self.slot, self.verdict, self.is_seed, self.walked_seen
+
+    def outputs(self, candidates: int, rows: int) -> tuple[Any, Any, Any, Any, Any]:
+        """The walk's and the scoring's output arrays (`_walk_rows`, `_score_rows`), for up
+        to this many candidates and edge rows: order, reach, walked, kept, between."""
+        if len(self.order) < candidates:
+            size = max(candidates, 2 * len(self.order))
+            self.order = np.empty(size, np.int64)
+            self.reach = np.empty(size, np.float64)
+            self.kept = np.empty(size, np.int64)
+        if len(self.walked) < rows:
+            size = max(rows, 2 * len(self.walked))
+            self.walked = np.empty(size, np.int64)
+            self.between = np.empty(size, np.int64)
+        return self.order, self.reach, self.walked, self.kept, self.between
 
     def grow(self, positions: int) -> None:
         """Room for `positions` positions, the new ones empty (`follow` reads them)."""
@@ -296,15 +316,19 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
     codes = nodes.codes
     fields, wants = _scope_codes(nodes.code_of, scope)
     cache.grow(len(graph.node_ids))
+    max_candidates = max(1, cfg.max_candidates)
     slot, verdict, is_seed, walked_seen = cache.scratch(len(graph.node_ids),
                                                         len(edge_cols.weight))
-    found, reach, walked = _walk()(
+    order_out, value_out, walked_out, kept_out, between_out = cache.outputs(
+        max(max_candidates, len(seed_at)) + 1, len(edge_cols.weight))
+    size, walked_count = _walk()(
         seed_positions, adjacency.start, adjacency.count, adjacency.other, adjacency.row,
         edge_cols.weight, nodes.real, nodes.archived_flags, codes[0], codes[1], codes[2],
-        fields, wants, not include_archived, max(0, cfg.expansion_depth),
-        max(1, cfg.max_candidates), float(cfg.edge_weight_floor), slot, verdict, is_seed,
-        walked_seen)
-    order = np.concatenate([seed_positions, found])
+        fields, wants, not include_archived, max(0, cfg.expansion_depth), max_candidates,
+        float(cfg.edge_weight_floor), slot, verdict, is_seed, walked_seen, order_out,
+        value_out, walked_out)
+    # Views of the cache's arrays, read before the next search writes them again.
+    order, reach, walked = order_out[:size], value_out[:size], walked_out[:walked_count]
     order_list = order.tolist()
     ids = graph.node_ids
     cids = list(map(ids.__getitem__, order_list))
@@ -331,7 +355,7 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
         q, q_norm, similarity = query_embedding.vector, query_embedding.norm_sq, 1
     weights = np.array([cfg.alpha_dense, cfg.beta_bm25, cfg.gamma_graph, epsilon, delta, zeta])
     values = np.empty((8, k))
-    kept, m, sub_rows, status = _score()(
+    m, b, status = _score()(
         order, seed_count, reach, seed_dense, nodes.real, codes[0], codes[1], codes[2],
         *cache.payload_owner, fields, wants, codes[3], codes[4],
         _code(nodes.code_of, tenant_id), _code(nodes.code_of, sub_tenant_id),
@@ -339,10 +363,11 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
         nodes.relevance, nodes.access, peak, cache.token_start, cache.token_count,
         cache.pool, query_ids, len(query_tokens), personal_values, success_values, weights,
         cache.odd_payload, cache.odd_vector, walked, graph._row_src, graph._row_dst,
-        bool(scope), verdict, values)
+        bool(scope), verdict, values, kept_out, between_out)
     if status:
         return None
-    keep = kept.tolist()
+    keep = kept_out[:m].tolist()
+    sub_rows = between_out[:b] if scope else walked
     columns = values[:, :m].tolist()
     rows = graph._rows
     weight, src, dst = edge_cols.weight, graph._row_src, graph._row_dst
@@ -381,16 +406,17 @@ def _walk_rows(seed_at: Any, start: Any, count: Any, other: Any, row: Any, weigh
                real: Any, archived: Any, user: Any, agent: Any, run: Any, fields: Any,
                wants: Any, check_archived: bool, depth: int, max_candidates: int,
                edge_floor: float, slot: Any, verdict: Any, is_seed: Any,
-               walked_seen: Any) -> tuple[Any, Any, Any]:
-    """`expand_bfs` over positions (compiled by `_walk`): the positions found after the
-    seeds in discovery order, the reach of seeds and found (in that order), and the rows
-    of the edges walked, in first-traversal order."""
+               walked_seen: Any, order: Any, value: Any, walked: Any) -> tuple[int, int]:
+    """`expand_bfs` over positions (compiled by `_walk`), into the caller's arrays: `order`
+    the seeds then the positions found after them, in discovery order, `value` the reach
+    of each (both of at least max(max_candidates, seeds) + 1 entries), `walked` the rows of
+    the edges walked, in first-traversal order (as many entries as edge rows). Returns how
+    many positions and how many rows. (Arrays made here would each cost more to hand back
+    to Python than the walk takes.)"""
     # Scratch, left as found (all -1 / 0): slot (position -> index in `order`, -1: not
     # reached), verdict (0 not judged, 1 open, 2 blocked), is_seed, walked_seen (by row).
     judged = np.empty(16, np.int64)
     judged_count = 0
-    order = np.empty(max(max_candidates, seed_at.shape[0]) + 1, np.int64)
-    value = np.empty(order.shape[0], np.float64)
     size = 0
     for s in seed_at:
         is_seed[s] = 1
@@ -402,7 +428,6 @@ def _walk_rows(seed_at: Any, start: Any, count: Any, other: Any, row: Any, weigh
             size += 1
     frontier = seed_at.copy()
     frontier_value = np.ones(seed_at.shape[0])
-    walked = np.empty(16, np.int64)
     walked_count = 0
     blocking = check_archived or fields.shape[0] > 0
     for _ in range(depth):
@@ -464,10 +489,6 @@ def _walk_rows(seed_at: Any, start: Any, count: Any, other: Any, row: Any, weigh
                     width += 1
                 if walked_seen[edge_row] == 0:
                     walked_seen[edge_row] = 1
-                    if walked_count == walked.shape[0]:
-                        grown = np.empty(2 * walked_count, np.int64)
-                        grown[:walked_count] = walked
-                        walked = grown
                     walked[walked_count] = edge_row
                     walked_count += 1
                 if size >= max_candidates:
@@ -485,8 +506,7 @@ def _walk_rows(seed_at: Any, start: Any, count: Any, other: Any, row: Any, weigh
         verdict[judged[i]] = 0
     for i in range(walked_count):
         walked_seen[walked[i]] = 0
-    seeds = seed_at.shape[0]
-    return order[seeds:size].copy(), value[:size].copy(), walked[:walked_count].copy()
+    return size, walked_count
 
 
 def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: Any,
@@ -498,20 +518,23 @@ def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: 
                 token_start: Any, token_count: Any, token_ids: Any, query_ids: Any,
                 query_size: int, personal: Any, success: Any, weights: Any,
                 odd_payload: Any, odd_vector: Any, walked: Any, row_src: Any, row_dst: Any,
-                scoped: bool, mark: Any, out: Any) -> tuple[Any, int, Any, int]:
+                scoped: bool, mark: Any, out: Any, kept: Any,
+                between: Any) -> tuple[int, int, int]:
     """`featurize`'s loop over positions (compiled by `_score`), then `subgraph`'s pick.
 
-    Returns the reach indices of the candidates kept and how many; `out`'s rows 0-7 hold,
-    for the j-th kept, its dense, lexical, graph, frequency, personal, success and relevance
-    terms and its final score; the walked rows the subgraph keeps (with a scope, those
-    between two kept candidates; `mark`, all zeros, is borrowed for that); and a status: 0,
-    or 1 where `cosine` would raise, 2 where a candidate's payload or embedding cannot be
-    coded (`odd_*`) or its vector is not the query's size: the object path runs instead.
+    Writes into the caller's arrays: `kept`, the reach indices of the candidates kept;
+    `out`'s rows 0-7, for the j-th kept, its dense, lexical, graph, frequency, personal,
+    success and relevance terms and its final score; and with a scope, `between`, the
+    walked rows the subgraph keeps (those between two kept candidates; `mark`, all zeros,
+    is borrowed for that; without a scope it keeps every walked row). Returns how many
+    kept, how many rows in `between`, and a status: 0, or 1 where `cosine` would raise, 2
+    where a candidate's payload or embedding cannot be coded (`odd_*`) or its vector is not
+    the query's size: the object path runs instead.
     """
     k = order.shape[0]
-    kept = np.empty(k, np.int64)
     m = 0
-    no_rows = walked[:0]
+    pending = np.empty(k, np.int64)  # the kept (by index in `out`) whose cosine is owed
+    n_pending = 0
     alpha, beta, gamma = weights[0], weights[1], weights[2]
     epsilon, delta, zeta = weights[3], weights[4], weights[5]
     q_root = math.sqrt(q_norm)
@@ -519,7 +542,7 @@ def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: 
         p = order[i]
         if odd_payload[p] == 1 or (similarity == 1 and (odd_vector[p] == 1 or (
                 has_vector[p] == 1 and q.shape[0] != vectors.shape[1]))):
-            return kept[:0], 0, no_rows, 2
+            return 0, 0, 2
         is_real = real[p] == 1
         if i >= seed_count:
             confirmed = True
@@ -545,17 +568,11 @@ def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: 
         dense = seed_dense[i]
         if i >= seed_count and similarity == 1 and has_vector[p] == 1:
             if q.shape[0] == 0 or q_norm == 0.0 or norm_sq[p] == 0.0:
-                value = 0.0
-            else:
-                dot = q[0] * vectors[p, 0]  # summed left to right from the first product
-                for j in range(1, q.shape[0]):
-                    dot += q[j] * vectors[p, j]
-                denominator = q_root * math.sqrt(norm_sq[p])
-                if denominator == 0.0:
-                    return kept[:0], 0, no_rows, 1
-                value = dot / denominator
-            if value > dense:
-                dense = value
+                if dense < 0.0:
+                    dense = 0.0
+            else:  # the cosine, after the loop
+                pending[n_pending] = m
+                n_pending += 1
         lexical = 0.0
         if query_size > 0:
             common = 0
@@ -601,14 +618,44 @@ def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: 
         out[4, m] = personal_term
         out[5, m] = success_term
         out[6, m] = r
-        out[7, m] = (alpha * dense + beta * lexical + gamma * graph_term + epsilon * frequency
-                     + delta * personal_term + zeta * success_term) * r
         m += 1
+    # The cosines, four candidates at a time: each dot product is summed left to right from
+    # its first product, as one at a time would sum it, but four independent sums keep the
+    # CPU busy where one waits on each addition.
+    d = q.shape[0]
+    for start in range(0, n_pending, 4):
+        n = min(4, n_pending - start)
+        at0 = pending[start]
+        at1 = pending[start + 1] if n > 1 else at0
+        at2 = pending[start + 2] if n > 2 else at0
+        at3 = pending[start + 3] if n > 3 else at0
+        p0, p1, p2, p3 = (order[kept[at0]], order[kept[at1]], order[kept[at2]],
+                          order[kept[at3]])
+        dot0, dot1 = q[0] * vectors[p0, 0], q[0] * vectors[p1, 0]
+        dot2, dot3 = q[0] * vectors[p2, 0], q[0] * vectors[p3, 0]
+        for j in range(1, d):
+            qj = q[j]
+            dot0 += qj * vectors[p0, j]
+            dot1 += qj * vectors[p1, j]
+            dot2 += qj * vectors[p2, j]
+            dot3 += qj * vectors[p3, j]
+        for lane in range(n):
+            at = pending[start + lane]
+            p = order[kept[at]]
+            dot = dot0 if lane == 0 else (dot1 if lane == 1 else (dot2 if lane == 2 else dot3))
+            denominator = q_root * math.sqrt(norm_sq[p])
+            if denominator == 0.0:
+                return 0, 0, 1
+            value = dot / denominator
+            if value > out[0, at]:
+                out[0, at] = value
+    for j in range(m):
+        out[7, j] = (alpha * out[0, j] + beta * out[1, j] + gamma * out[2, j]
+                     + epsilon * out[3, j] + delta * out[4, j] + zeta * out[5, j]) * out[6, j]
     if not scoped:
-        return kept[:m], m, walked, 0
+        return m, 0, 0
     for j in range(m):
         mark[order[kept[j]]] = 1
-    between = np.empty(walked.shape[0], np.int64)
     b = 0
     for j in range(walked.shape[0]):
         row = walked[j]
@@ -617,14 +664,14 @@ def _score_rows(order: Any, seed_count: int, reach: Any, seed_dense: Any, real: 
             b += 1
     for j in range(m):
         mark[order[kept[j]]] = 0
-    return kept[:m], m, between[:b], 0
+    return m, b, 0
 
 
 @functools.cache
-def _walk() -> Callable[..., tuple[Any, Any, Any]]:
+def _walk() -> Callable[..., tuple[int, int]]:
     return exact_njit(_walk_rows)
 
 
 @functools.cache
-def _score() -> Callable[..., tuple[Any, int, Any, int]]:
+def _score() -> Callable[..., tuple[int, int, int]]:
     return exact_njit(_score_rows)
