@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import defaultdict
 from collections.abc import Callable
@@ -13,10 +14,18 @@ def hash_query(query: object) -> str | None:
     """First 16 hex chars of sha256(strip().lower()); None for a falsy or blank query."""
     if not query or not isinstance(query, str):
         return None
+    return _hash_text(query) if type(query) is str else _hash(query)
+
+
+def _hash(query: str) -> str | None:
     norm = query.strip().lower()
     if not norm:
         return None
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
+
+
+# A search hashes its query, and so does each verdict on it; logs repeat their queries.
+_hash_text = functools.lru_cache(maxsize=4096)(_hash)
 
 
 @dataclass(frozen=True, slots=True)
