@@ -409,10 +409,17 @@ class MemoryNode(_Record):
         self._cols.accessed[self._row] = value
         self._cols.refresh_anchor(self._row)
 
-    def stamp_access(self, now: datetime, now_us: int) -> None:
-        """`last_accessed_at = now`, given `epoch_us(now)` (not None)."""
-        self._cols.accessed[self._row] = now
-        self._cols.anchor_us[self._row] = now_us
+    def count_access(self, now: datetime, now_us: int) -> int:
+        """One access at `now`, given `epoch_us(now)` (not None): `access_count` one more
+        (at least 0) and `last_accessed_at = now`; returns the new count."""
+        count = self._access_count + 1
+        count = count if count > 0 else 0  # max(0, count)
+        self._access_count = count
+        cols, row = self._cols, self._row
+        cols.put_access(row, count)
+        cols.accessed[row] = now
+        cols.anchor_us[row] = now_us
+        return count
 
     # ---- values kept also as codes in a graph's columns -------------------------------
     @property
