@@ -162,7 +162,7 @@ def _vector_hits(state: EngineState, req: SearchRequest,
                  ) -> list[tuple[str, Mapping[str, Any], float | None]]:
     """The seeds the vector store returns, as (memory id, stored payload, score), with its
     checks and the threshold."""
-    found = []
+    found: list[tuple[str, Mapping[str, Any], float | None]] = []
     payloads = state.payloads
     for seed in req.seeds:
         stored = payloads.get(seed.id or "")
