@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,7 +39,7 @@ class FeedbackStore:
         self.rows: list[FeedbackRow] = []
         self._next_id = 1
         self._net: dict[str, float] = defaultdict(float)
-        self._net_by_user: dict[tuple[str, str], float] = defaultdict(float)
+        self._net_of_user: dict[str, dict[str, float]] = {}  # user -> memory -> net
 
     def append(self, *, memory_id: str, user_id: str | None, agent_id: str | None,
                run_id: str | None, query: str | None, query_hash: str | None, helpful: bool,
@@ -56,13 +56,14 @@ class FeedbackStore:
     def _add(self, row: FeedbackRow) -> None:
         self._net[row.memory_id] += row.delta_applied
         if row.user_id is not None:
-            self._net_by_user[(row.memory_id, row.user_id)] += row.delta_applied
+            nets = self._net_of_user.setdefault(row.user_id, {})
+            nets[row.memory_id] = nets.get(row.memory_id, 0.0) + row.delta_applied
 
     def net(self, memory_id: str, user_id: str | None = None) -> float:
         """Sum of delta_applied for a memory; one user's rows, or every row when None."""
         if user_id is None:
             return self._net.get(memory_id, 0.0)
-        return self._net_by_user.get((memory_id, user_id), 0.0)
+        return self._net_of_user.get(user_id, {}).get(memory_id, 0.0)
 
     def reset(self, user_id: str | None = None) -> int:
         """Delete one user's rows, or all rows; returns how many were deleted."""
@@ -70,7 +71,7 @@ class FeedbackStore:
         removed = len(self.rows) - len(kept)
         self.rows = kept
         self._net.clear()
-        self._net_by_user.clear()
+        self._net_of_user.clear()
         for row in kept:
             self._add(row)
         return removed
@@ -81,21 +82,31 @@ def personal_boost(store: FeedbackStore, memory_id: str, user_id: str | None) ->
     return max(-1.0, min(1.0, math.tanh(store.net(memory_id, user_id) / 3.0)))
 
 
-def personal_boosts(store: FeedbackStore, user_id: str | None) -> Callable[[str], float]:
-    """`lambda memory_id: personal_boost(store, memory_id, user_id)`, for one search.
+def personal_boosts(store: FeedbackStore, user_id: str | None) -> Boosts:
+    """`lambda memory_id: personal_boost(store, memory_id, user_id)`, for one search (as
+    a `Boosts`)."""
+    nets = store._net if user_id is None else store._net_of_user.get(user_id, _NO_NETS)
+    return Boosts(nets)
 
-    A memory without verdicts has net 0 and boost 0.0, which is returned directly.
-    """
-    if user_id is None:
-        nets = store._net
 
-        def boost(memory_id: str) -> float:
-            net = nets.get(memory_id)
-            return 0.0 if net is None else max(-1.0, min(1.0, math.tanh(net / 3.0)))
-    else:
-        user_nets = store._net_by_user
+_NO_NETS: dict[str, float] = {}
 
-        def boost(memory_id: str) -> float:
-            net = user_nets.get((memory_id, user_id))
-            return 0.0 if net is None else max(-1.0, min(1.0, math.tanh(net / 3.0)))
-    return boost
+
+class Boosts:
+    """`personal_boost` of one search's user, per memory id: called with one id, or
+    `many` for a list of them (a memory without verdicts has net 0 and boost 0.0, which is
+    given directly)."""
+
+    __slots__ = ("nets",)
+
+    def __init__(self, nets: Mapping[str, float]) -> None:
+        self.nets = nets  # memory id -> net, the user's (or everyone's)
+
+    def __call__(self, memory_id: str) -> float:
+        net = self.nets.get(memory_id)
+        return 0.0 if net is None else max(-1.0, min(1.0, math.tanh(net / 3.0)))
+
+    def many(self, memory_ids: Iterable[str]) -> list[float]:
+        """The boost of each id, its net read in one C loop (most are 0)."""
+        return [0.0 if net is None else max(-1.0, min(1.0, math.tanh(net / 3.0)))
+                for net in map(self.nets.get, memory_ids)]

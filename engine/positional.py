@@ -340,10 +340,8 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
         dense = payload.get("score") or 0.0
         seed_dense[i] = dense if type(dense) is float else float(dense)
     epsilon, delta, zeta = cfg.epsilon_frequency, cfg.delta_personal, cfg.zeta_success
-    personal_values = np.array(list(map(personal, cids)) if personal is not None and delta > 0
-                               else np.zeros(k), np.float64)
-    success_values = np.array(list(map(success, cids)) if success is not None and zeta > 0
-                              else np.zeros(k), np.float64)
+    personal_values = _provided(personal, delta, cids)
+    success_values = _provided(success, zeta, cids)
     query_tokens = tokens(query)
     vocabulary = cache.vocabulary
     query_ids = np.array([vocabulary.get(t, -1) for t in query_tokens], np.int64)
@@ -384,6 +382,15 @@ def expand_and_score(graph: ContextGraph, cache: CandidateCache,
                   lexical=columns[1], graph=columns[2], frequency=columns[3],
                   personal=columns[4], success=columns[5], relevance=columns[6],
                   score=columns[7], subgraph=sub, edges_used=edges_used)
+
+
+def _provided(provider: Provider | None, weight: float, ids: list[str]) -> FloatArray:
+    """The provider's value of each id (zeros without one, or at weight 0): through its
+    `many` where it has one (`feedback.Boosts`, `success.Rates`), else one call each."""
+    if provider is None or not weight > 0:
+        return np.zeros(len(ids))
+    many = getattr(provider, "many", None)
+    return np.array(many(ids) if many is not None else list(map(provider, ids)), np.float64)
 
 
 def _code(code_of: Mapping[str, int], value: str | None) -> int:
