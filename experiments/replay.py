@@ -340,6 +340,8 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     # need its ranking (the results it counts).
     run_search = search if counts_access(run) else featurize_search
     audit = _Audit(state.payloads)
+    # The searcher's context, by the event fields it is made from (a frozen value, shared)
+    contexts: dict[tuple[Any, ...], RoleContext] = {}
     out = _Collector()
     # Memory events enter through the timeline; clicks, and in closed_loop the logged
     # accesses, change nothing.
@@ -414,8 +416,12 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
             ids, candidate_values = _columns(outcome)
             multipliers = visible = None
             if ids:
-                ctx = role_context_from_filters(user_id=user, agent_id=agent, run_id=run_id,
-                                                filters=effective_filters(request))
+                searcher = (user, agent, run_id, filters)
+                ctx = contexts.get(searcher)
+                if ctx is None:
+                    ctx = contexts[searcher] = role_context_from_filters(
+                        user_id=user, agent_id=agent, run_id=run_id,
+                        filters=effective_filters(request))
                 if role_soft and policy is not None:
                     assert outcome is not None
                     multipliers = role_multipliers([c.entry() for c in outcome.candidates],

@@ -6,6 +6,7 @@ the column-wise table against one built row by row, and the timeline's column-wi
 from __future__ import annotations
 
 import gc
+import json
 import struct
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,7 @@ from msprlab.datasets.timeline import (
     DEFAULT_SEEDS,
     SeedPlan,
     Timeline,
+    _payload,
     corpus_of,
     owner_cosine_seeds,
     row_tops,
@@ -32,8 +34,13 @@ from msprlab.engine import SearchError, SearchRequest, Seed, new_state
 from msprlab.engine.batch import FEATURES
 from msprlab.engine.config import FrequencyConfig, MsprConfig
 from msprlab.engine.graph import EdgeType
-from msprlab.engine.roles import RoleContext, apply_role_policy, policy_from_name
-from msprlab.engine.search import featurize_search, search, seed_payload
+from msprlab.engine.roles import (
+    RoleContext,
+    apply_role_policy,
+    policy_from_name,
+    role_context_from_filters,
+)
+from msprlab.engine.search import effective_filters, featurize_search, search, seed_payload
 from msprlab.engine.state import EngineState
 from msprlab.experiments.replay import AUDIT_POLICY, _Audit, _Collector, replay
 
@@ -270,6 +277,43 @@ def test_remembered_audit_verdicts_follow_the_payloads_and_the_searcher() -> Non
         payloads["m1"] = {"data": "a", "tenant_id": "globex"}
         payloads["m4"] = {"data": "d", "role": "analyst"}
         payloads.pop("m2", None)
+
+
+def test_the_audit_judges_each_search_by_its_own_filters() -> None:
+    """One user's searches carry different tenants and roles in their filters: each
+    candidate's `visible` is the audit policy on its stored payload for that search's
+    context (the replay remembers contexts by the event fields they are made from)."""
+    log, _ = world(1)
+    n = log.memories.height
+    tenants = pl.Series(["t1", None, "t2"] * n)[:n]
+    roles = pl.Series([None, "admin", None, "support"] * n)[:n]
+    allowed = pl.Series([None, None, None, None, ["support", "admin"]] * n,
+                        dtype=pl.List(pl.String))[:n]
+    memories = log.memories.with_columns(tenant_id=tenants, role=roles, allowed_roles=allowed)
+    choices = [None, '{"tenant_id": "t1"}', '{"tenant_id": "t2", "role": "admin"}',
+               '{"role": "support"}', '{"metadata": {"tenant_id": "t1", "role": "admin"}}']
+    searches = pl.col("kind") == "search"
+    order = pl.int_range(pl.len()).cast(pl.Int64)
+    events = log.events.with_columns(filters=pl.when(searches).then(
+        order.map_elements(lambda i: choices[i % len(choices)], return_dtype=pl.String))
+        .otherwise(pl.col("filters")))
+    ds = replace(log, memories=memories, events=events)
+    table = replay(ds, FULL)
+    stored = {row["memory_id"]: _payload(row) for row in memories.iter_rows(named=True)}
+    rows = table.candidates.join(table.searches.select("search", "event_id", "user_id",
+                                                       "agent_id", "run_id"), on="search")
+    filters_of = dict(zip(events["event_id"], events["filters"], strict=True))
+    per_search = rows.group_by("event_id").agg(pl.col("user_id").first()).height
+    assert per_search > 10 and not rows["visible"].all() and rows["visible"].any()
+    for row in rows.iter_rows(named=True):
+        request = SearchRequest(query="", seeds=[], user_id=row["user_id"],
+                                agent_id=row["agent_id"], run_id=row["run_id"],
+                                filters=json.loads(filters_of[row["event_id"]] or "{}"))
+        ctx = role_context_from_filters(user_id=row["user_id"], agent_id=row["agent_id"],
+                                        run_id=row["run_id"],
+                                        filters=effective_filters(request))
+        want = audited(stored, [row["memory_id"]], ctx)[0]
+        assert row["visible"] == want, (row["event_id"], row["memory_id"], ctx)
 
 
 # ---- the table ------------------------------------------------------------------------
