@@ -396,7 +396,8 @@ class SeedPlan:
     per change of its live memories, and the searches in between are scored against them
     back to back, while the matrix is still in the CPU's caches (one search at a time, the
     matrix is read from memory each time). The products are the same, on the same
-    matrices, as one `owner_cosine_seeds` per search: only their order differs.
+    matrices, as one `owner_cosine_seeds` per search: only their order differs, and a
+    query searched again before its owner's memories change is scored once.
     """
 
     def __init__(self, corpus: Corpus, timeline: Timeline, searches: list[tuple[int, int]],
@@ -409,17 +410,20 @@ class SeedPlan:
             if live.size == 0:
                 continue
             matrix = corpus.vectors[live]
-            # Each search's product alone (one matrix-vector product: a batched product
-            # may sum in another order), into a row of the group's scores; then every
-            # row's top at once.
-            scores = np.empty((len(members), live.size))
-            for i, k in enumerate(members):
-                np.matmul(matrix, vectors[searches[k][1]], out=scores[i])
+            # The group's searches of one query share its seeds (the same product of the
+            # same matrix and vector; logs repeat their queries). Each query's product
+            # alone (one matrix-vector product: a batched product may sum in another
+            # order), into a row of the group's scores; then every row's top at once.
+            queries, query_of = np.unique([searches[k][1] for k in members],
+                                          return_inverse=True)
+            scores = np.empty((queries.size, live.size))
+            for i, query in enumerate(queries.tolist()):
+                np.matmul(matrix, vectors[query], out=scores[i])
             tops = row_tops(scores, DEFAULT_SEEDS)
             top_scores = np.take_along_axis(scores, tops, axis=1)
-            for k, seed_ids, seed_scores in zip(members, ids[live[tops]].tolist(),
-                                                top_scores.tolist(), strict=True):
-                self.top[k] = (seed_ids, seed_scores)
+            found = list(zip(ids[live[tops]].tolist(), top_scores.tolist(), strict=True))
+            for k, i in zip(members, query_of.tolist(), strict=True):
+                self.top[k] = found[i]
 
     def seeds(self, k: int) -> list[Seed]:
         ids, scores = self.top[k]
