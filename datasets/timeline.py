@@ -39,7 +39,7 @@ from msprlab.engine.state import EngineState
 from .schema import Dataset
 
 __all__ = ["DEFAULT_SEEDS", "Corpus", "SeedPlan", "Timeline", "corpus_of", "owner_cosine_seeds",
-           "project_queries", "row_tops", "single_embedder", "stable_top", "to_datetime", "to_us",
+           "project_queries", "row_tops", "single_embedder", "to_datetime", "to_us",
            "token_incidence", "unit_rows", "vector_matrix"]
 
 DEFAULT_SEEDS = 10
@@ -381,7 +381,7 @@ def owner_cosine_seeds(corpus: Corpus, timeline: Timeline, query: int,
     if rows.size == 0:
         return []
     scores = vectors @ vector
-    top = stable_top(-scores, DEFAULT_SEEDS)
+    top = row_tops(scores[np.newaxis], DEFAULT_SEEDS)[0]
     ids = corpus.memory_ids
     return [Seed(ids[row], score)
             for row, score in zip(rows[top].tolist(), scores[top].tolist(), strict=True)]
@@ -469,60 +469,24 @@ def _search_groups(corpus: Corpus, timeline: Timeline, searches: list[tuple[int,
     return groups
 
 
-def stable_top(keys: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
-    """`np.argsort(keys, kind="stable")[:k]`: a compiled pass keeping the k smallest (a
-    search's seeds are few, and NumPy's partial sort costs several calls each time); keys
-    with a NaN go to the engine's partial stable sort."""
-    size = min(k, keys.size)
-    if size <= 0:
-        return np.zeros(0, dtype=np.intp)
-    top = np.empty(size, dtype=np.intp)
-    if not _smallest()(keys, top):
-        found: npt.NDArray[np.intp] = stable_top_prefix(keys, k)[:k]
-        return found
-    return top
-
-
 def row_tops(scores: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.intp]:
-    """`stable_top(-row, k)` of each row of a 2-D `scores`, in one compiled pass (rows
-    holding a NaN go through `stable_top`)."""
+    """`np.argsort(-row, kind="stable")[:k]` of each row of a 2-D `scores`: the positions
+    of its k largest, ties in position order. One compiled pass keeps them (a search's
+    seeds are few, and NumPy's partial sort costs several calls each time); a row holding
+    a NaN goes to the engine's partial stable sort."""
     tops = np.empty((scores.shape[0], max(0, min(k, scores.shape[1]))), dtype=np.intp)
+    if tops.size == 0:
+        return tops
     for i in np.flatnonzero(~_largest()(scores, tops)).tolist():
-        tops[i] = stable_top(-scores[i], k)
+        tops[i] = stable_top_prefix(-scores[i], k)[:k]
     return tops
 
 
-def _smallest_rows(keys: Any, top: Any) -> bool:
-    """The positions of the `len(top)` smallest keys into `top`, ascending, ties in
-    position order (the stable sort's head); False at a NaN (which sorts last)."""
-    capacity = top.shape[0]
-    filled = 0
-    for i in range(keys.shape[0]):
-        value = keys[i]
-        if value != value:
-            return False
-        if filled == capacity and not value < keys[top[capacity - 1]]:
-            continue
-        j = filled if filled < capacity else capacity - 1
-        while j > 0 and value < keys[top[j - 1]]:  # strictly: an equal key stays behind
-            top[j] = top[j - 1]
-            j -= 1
-        top[j] = i
-        if filled < capacity:
-            filled += 1
-    return True
-
-
-@functools.cache
-def _smallest() -> Callable[..., bool]:
-    return exact_njit(_smallest_rows)
-
-
 def _largest_rows(scores: Any, tops: Any) -> Any:
-    """Per row of `scores`, `stable_top(-row, width of tops)` into `tops`' row: the
-    positions of the largest scores, descending, ties in position order (for scores that
-    are not NaN, -a < -b exactly when a > b). A row holding a NaN gets False (its `tops`
-    row is then not valid), the others True."""
+    """Per row of `scores`, the positions of its `tops.shape[1]` (at least 1) largest
+    scores into that row of `tops`, descending, ties in position order (the head of the
+    stable argsort of -row: for scores that are not NaN, -a < -b exactly when a > b).
+    A row holding a NaN gets False (its `tops` row is then not valid), the others True."""
     capacity = tops.shape[1]
     ok = np.ones(scores.shape[0], np.bool_)
     for r in range(scores.shape[0]):
