@@ -186,8 +186,14 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
     others = np.empty(n_rows, np.intp)
     pruned = np.empty(n_rows, np.intp)
     archive = np.empty(len(archived), np.intp)
-    gone = np.zeros(n_rows, np.bool_)
     n_changed = n_others = n_pruned = n_archive = 0
+    # The node pass's largest live weight of each node, taken as the edge pass goes (a
+    # row's weight after the tick reads only that row, so it is final once its row is
+    # done). The values are compared, never summed, so any order gives them (see "Order"
+    # above). From -inf, max gives the first live weight and then any greater one, as
+    # max(live) does; written as stores, not branches, which random weights mispredict.
+    best = np.full(len(archived) if node_pass else 0, -np.inf)
+    live = np.zeros(len(archived) if node_pass else 0, np.bool_)
     # Rows stamped by one tick share their time: Δh and e^x again only when Δ changes
     # (the same Δ gives the same doubles). Δ = 0 (Δh = 0: skipped) fills the memo.
     last, aging, factor = 0, False, 1.0
@@ -195,6 +201,7 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
         if not alive[row]:
             continue
         stamp = False
+        kept = True
         if not sticky[row]:
             delta = now_us - updated_us[row]
             if delta != last:
@@ -207,7 +214,7 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                 old = weight[row]
                 new = old * factor
                 if new < min_edge:
-                    gone[row] = True
+                    kept = False
                     pruned[n_pruned] = row
                     n_pruned += 1
                 elif abs(new - old) > 1e-6:
@@ -220,22 +227,14 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
         else:
             others[n_others] = row
             n_others += 1
-    if node_pass:
-        # Each node's largest live weight after the edge pass, by the rows' positions
-        # (any order: the values are compared, never summed; see "Order" above). From
-        # -inf, max gives the first live weight and then any greater one, as max(live)
-        # does; written as stores, not branches, which random weights mispredict.
-        best = np.full(len(archived), -np.inf)
-        live = np.zeros(len(archived), np.bool_)
-        for row in range(n_rows):
-            w = weight[row]
-            if not alive[row] or gone[row] or not w >= min_edge:
-                continue
+        w = weight[row]
+        if node_pass and kept and w >= min_edge:
             a, b = src[row], dst[row]
             best[a] = max(best[a], w)
             live[a] = True
             best[b] = max(best[b], w)
             live[b] = True
+    if node_pass:
         last, recency = 0, math.exp(neg_lam * 0.0)          # the memo again, at Δ = 0
         for p in range(len(archived)):
             if archived[p]:
