@@ -255,12 +255,7 @@ class ContextGraph:
             node = nodes.get(node_id)
             if node is None:
                 continue
-            if us is None:  # not a naive datetime: the setter marks the columns exotic
-                count = node.access_count + 1
-                node.access_count = count = count if count > 0 else 0  # max(0, count)
-                node.last_accessed_at = now
-            else:
-                count = node.count_access(now, us)
+            count = node.count_access(now, us)
             if self._peak is not None and count > self._peak and not node.archived:
                 self._peak = count  # max(peak, count)
 

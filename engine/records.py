@@ -409,16 +409,20 @@ class MemoryNode(_Record):
         self._cols.accessed[self._row] = value
         self._cols.refresh_anchor(self._row)
 
-    def count_access(self, now: datetime, now_us: int) -> int:
-        """One access at `now`, given `epoch_us(now)` (not None): `access_count` one more
-        (at least 0) and `last_accessed_at = now`; returns the new count."""
+    def count_access(self, now: datetime, now_us: int | None) -> int:
+        """One access at `now`: `access_count` one more (at least 0) and `last_accessed_at =
+        now`; returns the new count. `now_us` is `epoch_us(now)`: None (a time that is not
+        naive) stamps through the setter, which marks the columns exotic."""
         count = self._access_count + 1
         count = count if count > 0 else 0  # max(0, count)
         self._access_count = count
         cols, row = self._cols, self._row
         cols.put_access(row, count)
-        cols.accessed[row] = now
-        cols.anchor_us[row] = now_us
+        if now_us is None:
+            self.last_accessed_at = now
+        else:
+            cols.accessed[row] = now
+            cols.anchor_us[row] = now_us
         return count
 
     # ---- values kept also as codes in a graph's columns -------------------------------
