@@ -35,6 +35,7 @@ from msprlab.engine.config import FrequencyConfig, MsprConfig
 from msprlab.engine.graph import EdgeType
 from msprlab.engine.roles import (
     RoleContext,
+    RolePolicy,
     apply_role_policy,
     policy_from_name,
     role_context_from_filters,
@@ -81,10 +82,22 @@ def state_bits(state: EngineState) -> tuple[Any, ...]:
     return nodes, edges, graph.last_decay_tick, intents, feedback, success
 
 
+class TextPolicy(RolePolicy):
+    """Denies a hit by a field only its whole payload has (the stored text): a hard filter
+    judges every hit whole, so featurizing must not hand it stubs ({"id", "score"})."""
+
+    def allow(self, candidate: Any, ctx: RoleContext) -> bool:
+        return len(str(candidate.get("memory") or "")) % 3 != 1
+
+    def __repr__(self) -> str:
+        return "TextPolicy()"
+
+
+HARD = replace(FULL, mspr=replace(FULL.mspr, role=replace(FULL.mspr.role, hard_filter=True)))
 CONFIGS = {
     "soft roles": (FULL, StripedPolicy()),
-    "hard roles": (replace(FULL, mspr=replace(FULL.mspr, role=replace(
-        FULL.mspr.role, hard_filter=True))), policy_from_name("composite")),
+    "hard roles": (HARD, policy_from_name("composite")),
+    "hard roles, by the payload": (HARD, TextPolicy()),
     "strict isolation": (replace(FULL, corrections=replace(
         FULL.corrections, strict_role_isolation=True)), policy_from_name("tenant")),
     "ppr": (replace(FULL, retrieval=replace(FULL.retrieval, algorithm="ppr")), None),
