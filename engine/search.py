@@ -235,8 +235,7 @@ def featurize_search(state: EngineState, req: SearchRequest, *, now: datetime) -
         return SearchOutcome(results=[])
     ctx = role_context_from_filters(user_id=req.user_id, agent_id=req.agent_id,
                                     run_id=req.run_id, filters=filters)
-    mspr = state.config.mspr
-    if mspr.enabled and mspr.role.enabled and mspr.role.hard_filter and state.policy is not None:
+    if _hard_role_filter(state):
         make = _hit_maker(state)  # the hard role filter reads every hit whole
         hits = [make(memory_id, stored, score) for memory_id, stored, score in found]
         return _featurized(state, req, hits, filters, ctx, now=now, ranks=False).outcome
@@ -246,6 +245,14 @@ def featurize_search(state: EngineState, req: SearchRequest, *, now: datetime) -
     stored = {memory_id: payload for memory_id, payload, _ in found}
     return _featurized(state, req, stubs, filters, ctx, now=now, ranks=False,
                        stubs_of=stored).outcome
+
+
+def _hard_role_filter(state: EngineState) -> bool:
+    """Does a search drop the hits its role policy denies (`mspr.role.hard_filter`)? Then
+    the policy reads every hit whole, so `featurize_search` cannot hand over stubs."""
+    role = state.config.mspr.role
+    return (state.config.mspr.enabled and role.enabled and role.hard_filter
+            and state.policy is not None)
 
 
 def counts_access(config: EngineConfig) -> bool:
@@ -350,7 +357,8 @@ def _featurized(state: EngineState, req: SearchRequest, hits: list[Payload],
     outcome = SearchOutcome(results=[], graph_path=True)
     outcome.decay = maybe_tick_decay(state.graph, cfg.decay, now)
     role_on = mspr.enabled and mspr.role.enabled and state.policy is not None
-    if role_on and mspr.role.hard_filter and state.policy is not None:
+    if _hard_role_filter(state):
+        assert state.policy is not None
         hits = apply_role_policy(hits, state.policy, ctx, hard_filter=True)
     if mspr.enabled and mspr.intent.enabled and state.intent is not None:
         outcome.intent = state.intent.classify(req.query)
