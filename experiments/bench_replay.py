@@ -106,6 +106,7 @@ class TrialTimes:
                             # from its on-disk cache (paid once per process)
     read_floor: float       # `read_columns`, the fastest of the repeats: a lower bound
     read_bytes: int         # how much that is
+    read_threads: int       # and over how many threads (one per core)
 
 
 def read_columns(block: CandidateBlock, pool: ThreadPoolExecutor, parts: int) -> float:
@@ -164,7 +165,7 @@ def time_trials(repeats: int, n_searches: int, width: int) -> TrialTimes:
     median = statistics.median
     return TrialTimes(median(trial["kernels"]), median(scoring["kernels"]),
                       median(trial["numpy"]), median(scoring["numpy"]), first_call,
-                      min(floor), block.features.nbytes + block.relevance.nbytes)
+                      min(floor), block.features.nbytes + block.relevance.nbytes, cores)
 
 
 @dataclass(frozen=True)
@@ -315,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  once per process, not in the medians: {t.first_call:,.0f} ms (numba import, "
           "then compile or load from its on-disk cache)")
     print(f"  only reading the columns the scoring reads ({t.read_bytes / 2**20:,.0f} MiB of "
-          f"float64: six features and relevance), on all {os.cpu_count()} cores, back to back: "
+          f"float64: six features and relevance), on all {t.read_threads} cores, back to back: "
           f"{t.read_floor:.2f} ms at the fastest. No exact trial here can be faster")
     how = ("measured above" if r.searches == TRIAL_SEARCHES
            else f"at its rate over {r.searches:,} searches")
