@@ -10,19 +10,28 @@ import pytest
 from polars.testing import assert_frame_equal
 from scipy import stats as scipy_stats
 
-from msprlab.experiments.stats import adjust_pvalues, aggregate, compare, holm, noninferior
+from msprlab.experiments.stats import (
+    adjust_pvalues,
+    aggregate,
+    compare,
+    holm,
+    noninferior,
+    permutation_count,
+)
 
 pytestmark = pytest.mark.filterwarnings("error")  # degenerate cells must not warn
 
 METRICS = ["ndcg@10", "mrr"]
 
 
-def per_query(seed: int, n: int = 300) -> pl.DataFrame:
+def one_search_per_query(seed: int, n: int = 300) -> pl.DataFrame:
+    """n searches of n distinct queries (so per query and per search agree)."""
     rng = np.random.default_rng(seed)
     ndcg = rng.beta(2, 3, n)
     ndcg[rng.random(n) < 0.1] = math.nan  # queries without a relevant memory
     return pl.DataFrame({
         "search": np.arange(n),
+        "query_id": [f"q{i:04d}" for i in range(n)],
         "intent": rng.choice(["FACTUAL", "TEMPORAL", "UNKNOWN"], n, p=[0.25, 0.03, 0.72]),
         "question_type": rng.integers(1, 4, n),
         "ndcg@10": ndcg,
@@ -31,10 +40,11 @@ def per_query(seed: int, n: int = 300) -> pl.DataFrame:
 
 
 def test_aggregate_counts_means_and_cis() -> None:
-    values = per_query(0)
+    values = one_search_per_query(0)
     table = aggregate(values, metric_cols=METRICS, n_resamples=500, min_support=20)
-    assert table.columns == ["group_by", "group", "metric", "n", "n_no_relevant", "mean",
-                             "ci_low", "ci_high", "confidence", "low_support", "ci_method"]
+    assert table.columns == ["group_by", "group", "metric", "unit", "n", "n_queries",
+                             "n_no_relevant", "mean", "ci_low", "ci_high", "confidence",
+                             "low_support", "ci_method"]
     overall = table.filter(group_by="overall", metric="ndcg@10").row(0, named=True)
     ndcg = values["ndcg@10"].to_numpy()
     assert overall["n"] == np.count_nonzero(~np.isnan(ndcg))
@@ -55,7 +65,7 @@ def test_aggregate_counts_means_and_cis() -> None:
 
 
 def test_aggregate_ci_is_close_to_the_normal_interval() -> None:
-    values = per_query(1, n=2000)
+    values = one_search_per_query(1, n=2000)
     row = aggregate(values, metric_cols=["mrr"], group_cols=(), n_resamples=2000).row(
         0, named=True)
     x = values["mrr"].to_numpy()
@@ -65,7 +75,7 @@ def test_aggregate_ci_is_close_to_the_normal_interval() -> None:
 
 
 def test_aggregate_is_deterministic_per_seed_and_per_cell() -> None:
-    values = per_query(2)
+    values = one_search_per_query(2)
     first = aggregate(values, metric_cols=METRICS, n_resamples=300, seed=7)
     assert_frame_equal(first, aggregate(values, metric_cols=METRICS, n_resamples=300, seed=7))
     other = aggregate(values, metric_cols=METRICS, n_resamples=300, seed=8)
@@ -78,7 +88,9 @@ def test_aggregate_is_deterministic_per_seed_and_per_cell() -> None:
 def test_aggregate_degenerate_groups() -> None:
     values = pl.DataFrame({"intent": ["a", "b", "b", "c", "c", None],
                            "ndcg@10": [0.4, 0.7, 0.7, math.nan, math.nan, 1.0]})
-    table = aggregate(values, metric_cols=["ndcg@10"], group_cols=["intent"], min_support=2)
+    # cluster=None: every row is a query of its own (a frame that is already per query).
+    table = aggregate(values, metric_cols=["ndcg@10"], group_cols=["intent"], cluster=None,
+                      min_support=2)
     rows = {row["group"]: row for row in table.filter(group_by="intent").iter_rows(named=True)}
     assert (rows["a"]["n"], rows["a"]["mean"]) == (1, 0.4) and math.isnan(rows["a"]["ci_low"])
     assert (rows["b"]["ci_low"], rows["b"]["ci_high"]) == (0.7, 0.7)  # no variance
@@ -136,14 +148,16 @@ def arms_for(base: pl.DataFrame, seed: int) -> dict[str, pl.DataFrame]:
 
 
 def test_compare_finds_a_clear_effect_and_not_a_null_one() -> None:
-    base = per_query(3, n=400)
+    base = one_search_per_query(3, n=400)
     table = compare(base, arms_for(base, 3), metric_cols=METRICS, n_resamples=999)
     assert table.height == 2 * 7 * 2  # arms x groups x metrics
     better = table.filter(arm="better", group_by="overall", metric="ndcg@10").row(0, named=True)
     assert better["delta"] == pytest.approx(better["mean_arm"] - better["mean_base"], abs=1e-12)
     assert better["ci_low"] < better["delta"] < better["ci_high"]
     assert better["ci_low"] > 0.04 and better["ci_high"] < 0.06
-    assert better["p_t"] < 1e-10 and better["p_perm"] == pytest.approx(2 / 1000)
+    # Tested: ndcg@10 (mrr is unchanged) in both arms and the 6 groups with n >= 30.
+    assert table["tested"].sum() == 2 * 6 and permutation_count(12) == 9999
+    assert better["p_t"] < 1e-10 and better["p_perm"] == pytest.approx(2 / 10_000)
     assert better["p_t_adj"] < 1e-8
     same = table.filter(arm="same", group_by="overall", metric="ndcg@10").row(0, named=True)
     assert same["ci_low"] < 0 < same["ci_high"]
@@ -152,23 +166,26 @@ def test_compare_finds_a_clear_effect_and_not_a_null_one() -> None:
     unchanged = table.filter(metric="mrr")
     assert (unchanged["p_t"] == 1).all() and (unchanged["p_perm"] == 1).all()
     assert (unchanged["ci_low"] == 0).all() and (unchanged["ci_high"] == 0).all()
-    assert table["correction"][0] == "Holm over 28 rows (arms x groups x metrics)"
+    assert table["correction"][0] == ("Holm over 12 tested rows (n_queries >= 30, differences "
+                                      "not all zero)")
 
 
 def test_compare_corrects_over_the_whole_family() -> None:
-    base = per_query(4, n=200)
+    base = one_search_per_query(4, n=200)
     for correction in ("holm", "bh"):
         table = compare(base, arms_for(base, 4), metric_cols=METRICS, n_resamples=200,
                         correction=correction)  # type: ignore[arg-type]
+        tested = table["tested"].to_numpy()
         for raw, adjusted in (("p_t", "p_t_adj"), ("p_perm", "p_perm_adj")):
             np.testing.assert_array_equal(
-                table[adjusted].to_numpy(),
-                adjust_pvalues(table[raw].to_numpy(), correction))  # type: ignore[arg-type]
-            assert (table[adjusted] >= table[raw]).all()
+                table[adjusted].to_numpy()[tested],
+                adjust_pvalues(table[raw].to_numpy()[tested], correction))  # type: ignore[arg-type]
+            assert np.isnan(table[adjusted].to_numpy()[~tested]).all()
+            assert (table.filter("tested")[adjusted] >= table.filter("tested")[raw]).all()
 
 
 def test_compare_is_deterministic_and_pairs_by_key() -> None:
-    base = per_query(5, n=150)
+    base = one_search_per_query(5, n=150)
     arms = arms_for(base, 5)
     first = compare(base, arms, metric_cols=METRICS, n_resamples=200, seed=1)
     assert_frame_equal(first, compare(base, arms, metric_cols=METRICS, n_resamples=200, seed=1))
@@ -181,7 +198,8 @@ def test_compare_is_deterministic_and_pairs_by_key() -> None:
 
 
 def test_compare_degenerate_cells() -> None:
-    base = pl.DataFrame({"search": [0, 1, 2, 3, 4], "intent": ["a", "b", "b", "c", "c"],
+    base = pl.DataFrame({"search": [0, 1, 2, 3, 4], "query_id": ["q0", "q1", "q2", "q3", "q4"],
+                         "intent": ["a", "b", "b", "c", "c"],
                          "ndcg@10": [0.1, 0.2, 0.4, 0.5, math.nan]})
     arm = base.with_columns(pl.col("ndcg@10") + 0.1)  # a constant shift
     table = compare(base, {"shift": arm}, metric_cols=["ndcg@10"], group_cols=["intent"],
@@ -199,11 +217,11 @@ def test_compare_degenerate_cells() -> None:
 @pytest.mark.parametrize(("arm", "message"), [
     (lambda b: b.filter(pl.col("search") > 0), r"base: 1 search value\(s\) missing on the "
                                                r"other side \(e.g. 0\)"),
-    (lambda b: pl.concat([b, b.head(1)]), r"arm 'x': 'search' must identify one query"),
+    (lambda b: pl.concat([b, b.head(1)]), r"arm 'x': 'search' must identify one search"),
     (lambda b: b.drop("mrr"), r"arm 'x': missing column\(s\) \['mrr'\]"),
 ])
 def test_compare_bad_input(arm, message) -> None:  # type: ignore[no-untyped-def]
-    base = per_query(6, n=20)
+    base = one_search_per_query(6, n=20)
     with pytest.raises(ValueError, match=message):
         compare(base, {"x": arm(base)}, metric_cols=METRICS, n_resamples=10)
 
