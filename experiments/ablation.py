@@ -1,17 +1,23 @@
-"""The ablation ladder: the context-graph baseline, each signal switched on alone, all.
+"""The ablation ladder: the context graph alone, what recording does at zero weight, each
+signal switched on alone, all.
 
 Every arm is a full engine configuration derived from the experiment's:
 
-- `baseline`: α, β, γ as configured; δ = ε = ζ = 0, intent routing and roles off;
-- `personal` / `frequency` / `success`: the baseline with δ / ε / ζ set to the ablation
-  weight; `intent`: the baseline with routing on; `roles`: with the role policy on;
+- `off`: MSPR disabled, the context graph alone (α, β, γ as configured; δ = ε = ζ = 0).
+  No verdict bumps relevance and no access is counted (MSPR.md section 17): the ranking
+  the ContextKit docs call "without MSPR", and the reference the rollout decision is about;
+- `on-zero`: MSPR and its blocks (feedback, success, frequency) on as configured, δ = ε =
+  ζ = 0, intent routing and roles off. For the same state it ranks exactly as `off`; over a
+  log it differs by what the blocks record (helpful verdicts raise relevance, accesses move
+  decay recency), so it is an arm of its own;
+- `personal` / `frequency` / `success`: `on-zero` with δ / ε / ζ set to the ablation
+  weight; `intent`: `on-zero` with routing on; `roles`: with the role policy on;
 - `all`: everything at once.
 
-The state switches (`mspr.feedback`, `mspr.success`, `mspr.frequency`) stay as configured
-in every arm, so all arms replay the same logged state: in the library, feedback bumps
-relevance whenever it is on, whatever δ is (MSPR.md section 17). Arms that share a table
-key (`replay.table_key`) are scored from one replay; a hard role filter changes the
-candidates, so its arm gets its own.
+`side_effects` gives `on-zero` with each recording block switched off in turn
+(`no-feedback`, `no-success`, `no-frequency`): how far each block moves rankings at zero
+weight. Arms that share a table key (`replay.table_key`) are scored from one replay;
+`off` and each side-effect arm replay their own state.
 """
 
 from __future__ import annotations
@@ -25,29 +31,40 @@ from msprlab.engine import EngineConfig
 
 from .evaluation import Arm, arm_of
 
-__all__ = ["NEEDS", "AblationResult", "ladder", "ladder_arms"]
+__all__ = ["BLOCKS", "NEEDS", "REFERENCES", "AblationResult", "ladder", "ladder_arms",
+           "side_effects", "switches"]
 
 # The state switch an arm's signal needs: without it the signal has nothing to read.
-NEEDS = {"personal": "feedback", "success": "success"}
+NEEDS = {"personal": "feedback", "success": "success", "frequency": "frequency"}
+# The two reference arms every delta is shown against, the decision's reference first.
+REFERENCES = ("off", "on-zero")
+# The recording blocks whose side effects at zero weight are measured, in this order.
+BLOCKS = ("feedback", "success", "frequency")
+
+
+def _zero(engine: EngineConfig) -> EngineConfig:
+    return replace(engine, retrieval=replace(
+        engine.retrieval, delta_personal=0.0, epsilon_frequency=0.0, zeta_success=0.0))
 
 
 def ladder(engine: EngineConfig, arms: Sequence[str],
            weights: Mapping[str, float]) -> dict[str, EngineConfig]:
     """The configuration of each named arm (names from `experiment_config.ARMS`)."""
     mspr = engine.mspr
-    signals = [arm for arm in arms if arm != "baseline"]
+    signals = [arm for arm in arms if arm != "off"]
     if signals and not mspr.enabled:
         raise ValueError(f"ablation: mspr.enabled must be on in the experiment's engine config "
-                         f"for the arms {signals} (every arm but the baseline is an MSPR "
-                         "signal)")
+                         f"for the arms {signals} (every arm but `off` runs MSPR)")
     for arm, switch in NEEDS.items():
         if arm in arms and not getattr(mspr, switch).enabled:
             raise ValueError(f"ablation: the {arm!r} arm needs mspr.{switch}.enabled in the "
                              "engine config (its signal reads that state)")
-    base = replace(engine, retrieval=replace(
-        engine.retrieval, delta_personal=0.0, epsilon_frequency=0.0, zeta_success=0.0),
-        mspr=replace(mspr, intent=replace(mspr.intent, enabled=False),
-                     role=replace(mspr.role, enabled=False)))
+    zero = _zero(engine)
+    off = replace(zero, mspr=replace(mspr, enabled=False,
+                                     intent=replace(mspr.intent, enabled=False),
+                                     role=replace(mspr.role, enabled=False)))
+    base = replace(zero, mspr=replace(mspr, intent=replace(mspr.intent, enabled=False),
+                                      role=replace(mspr.role, enabled=False)))
     delta = weights.get("delta_personal", 0.3)
     epsilon = weights.get("epsilon_frequency", 0.1)
     zeta = weights.get("zeta_success", 0.3)
@@ -68,7 +85,9 @@ def ladder(engine: EngineConfig, arms: Sequence[str],
 
     out: dict[str, EngineConfig] = {}
     for name in arms:
-        if name == "baseline":
+        if name == "off":
+            out[name] = off
+        elif name == "on-zero":
             out[name] = base
         elif name == "all":
             cfg = base
@@ -80,16 +99,56 @@ def ladder(engine: EngineConfig, arms: Sequence[str],
     return out
 
 
+def side_effects(engine: EngineConfig) -> dict[str, EngineConfig]:
+    """`on-zero` with each recording block that is on switched off in turn, by name
+    (`no-feedback`, ...). Empty when MSPR is off: nothing records."""
+    if not engine.mspr.enabled:
+        return {}
+    base = ladder(engine, ["on-zero"], {})["on-zero"]
+    out = {}
+    for block in BLOCKS:
+        mspr = base.mspr
+        if getattr(mspr, block).enabled:
+            out[f"no-{block}"] = replace(base, mspr=replace(
+                mspr, **{block: replace(getattr(mspr, block), enabled=False)}))
+    return out
+
+
+def switches(config: EngineConfig) -> dict[str, bool]:
+    """The switches an arm runs with, as the library reads them (each block only counts
+    when MSPR is on)."""
+    m = config.mspr
+    return {"mspr": m.enabled, "feedback": m.enabled and m.feedback.enabled,
+            "success": m.enabled and m.success.enabled,
+            "frequency": m.enabled and m.frequency.enabled,
+            "intent": m.enabled and m.intent.enabled, "roles": m.enabled and m.role.enabled}
+
+
 def ladder_arms(configs: Mapping[str, EngineConfig]) -> dict[str, Arm]:
     return {name: arm_of(name, cfg) for name, cfg in configs.items()}
 
 
 @dataclass(frozen=True)
 class AblationResult:
-    """Per-query values per arm (test window), the aggregates and the paired comparisons."""
+    """The ladder on one window: per-search values per arm, aggregates and comparisons.
+
+    per_search: arm -> one row per search (`Scorer.frame`), for the ladder's arms and the
+        side-effect arms (`no-feedback`, ...).
+    summary: `stats.aggregate` per arm and unit (`unit`: query or search), column `arm`.
+    comparison: `stats.compare` of every arm against each reference arm present
+        (`reference`: off / on-zero), per unit.
+    side_effects: per block, `on-zero` against `on-zero` without that block (delta = what
+        recording the block does at zero weight), per unit, with `top10_changed`: the share
+        of searches whose top 10 differs.
+    match: per arm, how many evaluated rankings equal the logged one (the rest see frozen
+        feedback that is counterfactual for them).
+    """
 
     arms: dict[str, Arm]
-    per_query: dict[str, pl.DataFrame]
-    summary: pl.DataFrame      # stats.aggregate per arm, with an `arm` column
-    comparison: pl.DataFrame   # stats.compare of every arm against the baseline
+    configs: dict[str, EngineConfig]
+    per_search: dict[str, pl.DataFrame]
+    summary: pl.DataFrame
+    comparison: pl.DataFrame
+    side_effects: pl.DataFrame
+    match: pl.DataFrame
     notes: list[str]

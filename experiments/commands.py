@@ -24,8 +24,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from msprlab.engine.batch import WEIGHTS
 
 from . import pipeline as P
+from .ablation import switches
 from .bundle import Bundle, provenance
-from .evaluation import Arm, Scorer
+from .evaluation import Arm, Scorer, arm_of
 from .experiment_config import (
     ExperimentConfig,
     ExperimentError,
@@ -33,8 +34,15 @@ from .experiment_config import (
     shipped_experiments,
 )
 from .metrics import parse_metric
-from .stats import compare
-from .tables import audit_table, comparison_table, delta_matrix, summary_table
+from .stats import aggregate
+from .tables import (
+    arms_table,
+    audit_table,
+    comparison_table,
+    delta_matrix,
+    ladder_table,
+    side_effect_table,
+)
 from .tracking import Tracker, flatten, git_commit, metric_key
 
 __all__ = ["add_experiment_commands"]
@@ -50,6 +58,8 @@ class Context:
     tracker: Tracker | None
     bar: Progress
     bundle: Bundle
+    prepared: P.Prepared | None = None
+    arms: P.ExperimentArms | None = None
 
 
 def _stage(bar: Progress) -> P.Stage:
@@ -96,32 +106,49 @@ def _log_run_header(ctx: Context, prepared: P.Prepared) -> None:
     ctx.tracker.params(P.engine_params(ctx.cfg.engine))
 
 
-def _group_means(frame: pl.DataFrame, metrics: list[str]) -> dict[str, float]:
-    """metric/overall, metric/intent/X, metric/question_type/Y means for MLflow."""
+def _arm_metrics(summary: pl.DataFrame, arm: str) -> dict[str, float]:
+    """An arm's means and group sizes for MLflow, one convention for every arm run (ladder
+    and test window): `ndcg_at_10` (overall), `ndcg_at_10/intent/FACTUAL`, and the group's
+    n as `n/intent/FACTUAL` (per query); per-search figures under `per_search/`."""
     out: dict[str, float] = {}
-    for metric in metrics:
-        out[metric_key(metric)] = float(frame[metric].drop_nans().mean() or float("nan"))
-        for group in P.GROUPS:
-            for value, part in frame.group_by(group):
-                mean = part[metric].drop_nans().mean()
-                if mean is not None:
-                    out[metric_key(metric, group, str(value[0]))] = float(mean)  # type: ignore[arg-type]
+    for r in summary.filter(pl.col("arm") == arm).iter_rows(named=True):
+        group = () if r["group_by"] == "overall" else (r["group_by"], str(r["group"]))
+        prefix = () if r["unit"] == "query" else ("per_search",)
+        out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
+        out[metric_key(*prefix, "n", *group) if group else metric_key(*prefix, "n")] = r["n"]
     return out
+
+
+def _primary_rows(frame: pl.DataFrame, metric: str) -> pl.DataFrame:
+    return frame.filter(pl.col("metric") == metric) if frame.height else frame
 
 
 def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
     cfg = ctx.cfg
-    configs = P.ladder(cfg.engine, cfg.ablation.arms, cfg.ablation.weights)
-    result = P.ablate(cfg, prepared, configs)
+    assert ctx.arms is not None
+    configs = ctx.arms.ladder
+    result = P.ablate(cfg, prepared, configs, effects=ctx.arms.effects)
     primary = cfg.metrics.primary
-    ctx.console.print(summary_table(result.summary.filter(pl.col("group_by") == "overall"),
-                                    metric=primary, title=f"ablation, test window: {primary}"))
+    arms = P.arms_frame(result.arms, result.configs)
+    ctx.console.print(arms_table(arms.filter(pl.col("name").is_in(list(configs)))))
+    for unit, label in (("query", "per query: every question counts once"),
+                        ("search", "per search: weighted by traffic, cluster bootstrap over "
+                                   "queries")):
+        ctx.console.print(ladder_table(
+            result.summary, result.comparison, result.match, metric=primary, unit=unit,
+            title=f"ablation ladder, test window: {primary}, {label}; labels: dataset qrels"))
     if result.comparison.height:
+        family = _family(result.comparison, "off", "query")
         for group_by in ("intent", "question_type"):
-            part = result.comparison.filter(pl.col("group_by").is_in(["overall", group_by]))
+            part = result.comparison.filter(pl.col("reference") == "off",
+                                            pl.col("unit") == "query",
+                                            pl.col("group_by").is_in(["overall", group_by]))
             ctx.console.print(delta_matrix(
                 part, metric=primary, title=f"ablation, test window: {primary} change against "
-                                            f"the baseline, by {group_by.replace('_', ' ')}"))
+                f"off (MSPR disabled), per query, by {group_by.replace('_', ' ')}",
+                family=family))
+    if result.side_effects.height:
+        ctx.console.print(side_effect_table(result.side_effects, metric=primary))
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     audit = P.isolation_audit(cfg, prepared, configs, progress=_stage(ctx.bar))
@@ -130,22 +157,38 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
     if ctx.tracker is not None:
         ctx.tracker.metrics({f"isolation/{r['mode']}/{r['arm']}/leaked": r["leaked"]
                              for r in audit.iter_rows(named=True)})
-        names = list(cfg.metrics.names)
+        match = {r["arm"]: r for r in result.match.iter_rows(named=True)}
         for name, arm in result.arms.items():
-            with ctx.tracker.child(f"arm:{name}", tags={"msprlab.arm": name}):
-                ctx.tracker.params({**P.engine_params(configs[name]),
+            kind = "side-effect" if name in ctx.arms.effects else "ladder"
+            with ctx.tracker.child(f"arm:{name}", tags={"msprlab.arm": name,
+                                                        "msprlab.arm_kind": kind,
+                                                        "msprlab.window": "test"}):
+                ctx.tracker.params({**P.engine_params(result.configs[name]),
                                     **{f"weight.{k}": v for k, v in zip(
                                         WEIGHTS, arm.weights, strict=True)},
-                                    "intent": arm.intent, "roles": arm.roles})
-                ctx.tracker.metrics(_group_means(result.per_query[name], names))
-    for name, frame in result.per_query.items():
-        ctx.bundle.frame(frame, f"ablation/per_query/{name}.parquet")
+                                    **{f"switch.{k}": v for k, v in
+                                       switches(result.configs[name]).items()}})
+                ctx.tracker.metrics({**_arm_metrics(result.summary, name),
+                                     "match/matched": match[name]["matched"],
+                                     "match/logged": match[name]["logged"],
+                                     "match/rate": match[name]["rate"]})
+    for name, frame in result.per_search.items():
+        ctx.bundle.frame(frame, f"ablation/per_search/{name}.parquet")
     ctx.bundle.frame(result.summary, "ablation/summary.parquet")
-    ctx.bundle.frame(P.weights_frame(result.arms), "ablation/arms.parquet")
+    ctx.bundle.frame(arms, "ablation/arms.parquet")
+    ctx.bundle.frame(result.match, "ablation/match.parquet")
     ctx.bundle.json(result.notes, "ablation/notes.json")
     if result.comparison.height:
         ctx.bundle.frame(result.comparison, "ablation/comparison.parquet")
+    if result.side_effects.height:
+        ctx.bundle.frame(result.side_effects, "ablation/side_effects.parquet")
     return result
+
+
+def _family(comparison: pl.DataFrame, reference: str, unit: str) -> str:
+    """The label of a comparison's multiple-testing family and permutation count."""
+    rows = comparison.filter(pl.col("reference") == reference, pl.col("unit") == unit)
+    return f"{rows['correction'][0]}; {rows['permutation_test'][0]}" if rows.height else ""
 
 
 def _bm25_reference(ctx: Context, prepared: P.Prepared) -> None:
@@ -259,35 +302,81 @@ def _objective(text: str) -> tuple[str, str | None]:
 
 def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict[str, Any],
                  metrics: list[Any]) -> dict[str, Any]:
-    """The tuned weights once on the test window, against the baseline, per group."""
-    cfg = ctx.cfg
+    """The tuned weights once on the test window, against `off` and `on-zero`, per group,
+    per unit, and split by whether the query was asked in the train window."""
+    cfg, prepared, arms = ctx.cfg, ctx.prepared, ctx.arms
+    assert prepared is not None and arms is not None
     names = [m.name for m in metrics]
-    baseline = replace(base, name="baseline", intent=False, roles=False)
-    frames = {"baseline": test.frame(baseline), "tuned": test.frame(best)}
-    comparison = compare(frames["baseline"], {"tuned": frames["tuned"]}, metric_cols=names,
-                         group_cols=P.GROUPS, key="event_id",
-                         n_resamples=cfg.metrics.bootstrap, seed=cfg.seed,
-                         correction=cfg.metrics.correction,  # type: ignore[arg-type]
-                         min_support=cfg.metrics.min_support)
+    windowed = P.split_tables(prepared, "test")
+    scorers = {"tuned": test}
+    chosen = {"tuned": best}
+    for name, config in arms.references.items():
+        key = prepared.key_of[name]
+        scorers[name] = test if key == prepared.key_of["tuned"] else Scorer.of(windowed[key],
+                                                                               metrics)
+        chosen[name] = arm_of(name, config)
+    train = P.split_tables(prepared, "train")[prepared.key_of["tuned"]]
+    asked = train.searches["query_id"].unique().implode()
+    frames = {name: scorers[name].frame(arm).with_columns(
+        seen=pl.when(pl.col("query_id").is_in(asked)).then(pl.lit("seen"))
+        .otherwise(pl.lit("unseen")))
+        for name, arm in chosen.items()}
+    groups = (*P.GROUPS, "seen")
+    comparison = pl.concat([P.compare_units(frames[ref], {"tuned": frames["tuned"]}, cfg,
+                                            reference=ref, group_cols=groups)
+                            for ref in arms.references], how="diagonal_relaxed")
+    summary = pl.concat([
+        aggregate(frame, metric_cols=names, group_cols=groups, unit=unit, cluster="query_id",
+                  n_resamples=cfg.metrics.bootstrap, seed=cfg.seed,
+                  min_support=cfg.metrics.min_support)
+        .select(pl.lit(name).alias("arm"), pl.all())
+        for name, frame in frames.items() for unit in P.UNITS], how="diagonal_relaxed")
     primary = cfg.metrics.primary
+    for ref in arms.references:
+        what = ("off (MSPR disabled: the context graph alone)" if ref == "off"
+                else "on-zero (MSPR on, new weights at 0)")
+        part = comparison.filter(pl.col("reference") == ref, pl.col("unit") == "query")
+        ctx.console.print(comparison_table(
+            part, metric=primary, base_label=ref, arm_label="tuned",
+            group_by=("overall", "intent", "question_type", "seen") if ref == "off"
+            else ("overall", "seen"),
+            title=f"test window: tuned weights against {what}, {primary}, per query "
+                  "(n = distinct questions; seen = asked in the train window too; "
+                  "* = below min support); labels: dataset qrels",
+            caption=_family(comparison, ref, "query")))
+    per_search = comparison.filter(pl.col("unit") == "search",
+                                   pl.col("group_by").is_in(["overall", "seen"]))
     ctx.console.print(comparison_table(
-        comparison, metric=primary, arm_label="tuned",
-        title=f"test window: tuned weights against the context-graph baseline, {primary} "
-              "(paired per search; * = below min support)"))
+        per_search.with_columns(arm=pl.format("tuned vs {}", pl.col("reference"))),
+        metric=primary, base_label="reference", arm_label="tuned",
+        group_by=("overall", "seen"),
+        title=f"test window, per search (weighted by traffic; n = searches; CI: cluster "
+              f"bootstrap over queries): {primary}", caption=_family(comparison, "off", "search")))
     if ctx.tracker is not None:
-        with ctx.tracker.child("test:tuned-vs-baseline"):
-            ctx.tracker.metrics({**{f"baseline/{k}": v for k, v in
-                                    _group_means(frames["baseline"], names).items()},
-                                 **{f"tuned/{k}": v for k, v in
-                                    _group_means(frames["tuned"], names).items()}})
+        headline = summary.filter(pl.col("metric") == primary, pl.col("group_by") == "overall",
+                                  pl.col("unit") == "query")
+        values = {metric_key("headline", r["arm"], primary): r["mean"]
+                  for r in headline.iter_rows(named=True)}
+        for r in comparison.filter(pl.col("metric") == primary, pl.col("group_by") == "overall",
+                                   pl.col("unit") == "query").iter_rows(named=True):
+            stem = f"tuned_minus_{r['reference']}"
+            values |= {metric_key("headline", stem, primary): r["delta"],
+                       metric_key("headline", stem, primary, "ci_low"): r["ci_low"],
+                       metric_key("headline", stem, primary, "ci_high"): r["ci_high"]}
+        ctx.tracker.metrics(values)
+        for name in frames:
+            with ctx.tracker.child(f"test:{name}", tags={"msprlab.arm": name,
+                                                         "msprlab.window": "test"}):
+                ctx.tracker.metrics(_arm_metrics(summary, name))
     ctx.bundle.frame(comparison, "test/comparison.parquet")
+    ctx.bundle.frame(summary, "test/summary.parquet")
     for name, frame in frames.items():
-        ctx.bundle.frame(frame, f"test/per_query/{name}.parquet")
-        ctx.bundle.text(_trec_run(test, baseline if name == "baseline" else best),
-                        f"test/runs/{name}.trec")
+        ctx.bundle.frame(frame, f"test/per_search/{name}.parquet")
+        ctx.bundle.text(_trec_run(scorers[name], chosen[name]), f"test/runs/{name}.trec")
     ctx.bundle.json(snippet, "best_weights.contextkit.json")
-    ctx.bundle.frame(P.weights_frame({"baseline": baseline, "tuned": best}),
-                     "test/arms.parquet")
+    configs = {**arms.references, "tuned": replace(arms.tuned, retrieval=replace(
+        arms.tuned.retrieval, **dict(zip(WEIGHTS, best.weights, strict=True))))}
+    ctx.bundle.frame(P.arms_frame(chosen, configs), "test/arms.parquet")
     return {"comparison": comparison, "frames": frames, "best": best, "snippet": snippet}
 
 
@@ -322,10 +411,8 @@ def _command(args: argparse.Namespace, which: str) -> int:
     try:
         with bar:
             ctx = _context(args, console, bar, which)
-            configs = P.ladder(ctx.cfg.engine, ctx.cfg.ablation.arms, ctx.cfg.ablation.weights) \
-                if which in ("ablate", "run") else {}
-            configs["tuned"] = ctx.cfg.engine
-            prepared = _prepare(ctx, configs)
+            ctx.arms = P.experiment_arms(ctx.cfg, ablation=which in ("ablate", "run"))
+            prepared = ctx.prepared = _prepare(ctx, ctx.arms.every())
             run = ctx.tracker.run(f"{which}:{ctx.cfg.name}", tags=_tags(ctx.cfg, prepared, which)) \
                 if ctx.tracker is not None else nullcontext()
             with run as run_id:

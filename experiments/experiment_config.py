@@ -34,7 +34,9 @@ __all__ = ["ARMS", "CONFIG_DIR", "ExperimentConfig", "ExperimentError", "load_ex
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 SOURCES = ("locomo-log", "synthetic", "scifact", "store")
-ARMS = ("baseline", "personal", "frequency", "success", "intent", "roles", "all")
+# The ladder, in order: the context graph alone, MSPR on at zero new weights, each signal
+# alone, all (ablation.py says what each arm is).
+ARMS = ("off", "on-zero", "personal", "frequency", "success", "intent", "roles", "all")
 SAMPLERS = ("tpe", "cmaes", "random")
 PRUNERS = ("none", "wilcoxon")
 
@@ -246,8 +248,16 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
                               f"metrics.names {list(metrics.names)}")
     _choice("metrics.correction", metrics.correction, ("holm", "bh"))
     ablation = _section(AblationSection, raw.get("ablation"), "ablation")
+    if not ablation.arms:
+        raise ExperimentError(f"ablation.arms is empty; name at least one of {', '.join(ARMS)}")
     for arm in ablation.arms:
+        if arm == "baseline":
+            raise ExperimentError("ablation.arms: 'baseline' is now two arms: 'off' (MSPR "
+                                  "disabled, the context graph alone) and 'on-zero' (MSPR on, "
+                                  "new weights at 0); name either or both")
         _choice("ablation.arms", arm, ARMS)
+    if len(set(ablation.arms)) != len(ablation.arms):
+        raise ExperimentError(f"ablation.arms: {list(ablation.arms)} names an arm twice")
     _weights("ablation.weights", ablation.weights)
     tune = _section(TuneSection, raw.get("tune"), "tune")
     _choice("tune.sampler", tune.sampler, SAMPLERS)

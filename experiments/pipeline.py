@@ -25,7 +25,7 @@ from msprlab.engine import EngineConfig
 from msprlab.engine.config import as_dict
 from msprlab.engine.roles import RolePolicy, policy_from_name
 
-from .ablation import AblationResult, ladder, ladder_arms
+from .ablation import REFERENCES, AblationResult, ladder, ladder_arms, side_effects, switches
 from .evaluation import Arm, Scorer, arm_of
 from .experiment_config import ExperimentConfig
 from .metrics import parse_metric
@@ -174,50 +174,113 @@ def split_tables(prepared: Prepared, window: str) -> dict[str, CandidateTable]:
     return {key: table.subset(mask) for key, table in prepared.tables.items()}
 
 
+UNITS = ("query", "search")
+
+
+def _stats_settings(cfg: ExperimentConfig) -> dict[str, Any]:
+    return {"n_resamples": cfg.metrics.bootstrap, "seed": cfg.seed,
+            "correction": cfg.metrics.correction, "min_support": cfg.metrics.min_support}
+
+
+def compare_units(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], cfg: ExperimentConfig,
+                  *, reference: str, group_cols: tuple[str, ...] = GROUPS) -> pl.DataFrame:
+    """`stats.compare` per query and per search, with a `reference` column; per-search
+    frames in, paired by search event, clustered by query."""
+    names = list(cfg.metrics.names)
+    return pl.concat([
+        compare(base, arms, metric_cols=names, group_cols=group_cols, key="event_id",
+                unit=unit, cluster="query_id", **_stats_settings(cfg))
+        .select(pl.lit(reference).alias("reference"), pl.all())
+        for unit in UNITS], how="diagonal_relaxed")
+
+
 def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, EngineConfig],
-           *, window: str = "test") -> AblationResult:
-    """Every arm on the `window` searches, each against the baseline, per group."""
+           *, window: str = "test", effects: Mapping[str, EngineConfig] | None = None,
+           ) -> AblationResult:
+    """Every arm on the `window` searches, against each reference arm, per group and unit;
+    the side-effect arms (`effects`) against `on-zero`; every arm's match rate."""
     metrics = [parse_metric(m) for m in cfg.metrics.names]
+    names = [m.name for m in metrics]
     windowed = split_tables(prepared, window)
     scorers = {key: Scorer.of(table, metrics) for key, table in windowed.items()}
-    arms = ladder_arms(configs)
-    per_query = {name: scorers[prepared.key_of[name]].frame(arm) for name, arm in arms.items()}
-    names = [m.name for m in metrics]
+    every = {**configs, **(effects or {})}
+    arms = ladder_arms(every)
+    frames = {name: scorers[prepared.key_of[name]].frame(arm) for name, arm in arms.items()}
+    ladder_names = [n for n in configs]
     summary = pl.concat([
-        aggregate(frame, metric_cols=names, group_cols=GROUPS, n_resamples=cfg.metrics.bootstrap,
-                  seed=cfg.seed, min_support=cfg.metrics.min_support)
+        aggregate(frames[name], metric_cols=names, group_cols=GROUPS, unit=unit,
+                  cluster="query_id", **{k: v for k, v in _stats_settings(cfg).items()
+                                         if k != "correction"})
         .select(pl.lit(name).alias("arm"), pl.all())
-        for name, frame in per_query.items()])
-    base = per_query.get("baseline")
+        for name in ladder_names for unit in UNITS], how="diagonal_relaxed")
     notes = []
-    if base is None:
-        comparison = pl.DataFrame()
-        notes.append("no baseline arm: no comparisons")
-    else:
-        others = {n: f for n, f in per_query.items() if n != "baseline"}
-        comparison = compare(base, others, metric_cols=names, group_cols=GROUPS,
-                             key="event_id", n_resamples=cfg.metrics.bootstrap, seed=cfg.seed,
-                             correction=cfg.metrics.correction,  # type: ignore[arg-type]
-                             min_support=cfg.metrics.min_support)
+    comparisons = [compare_units(frames[ref], {n: frames[n] for n in ladder_names if n != ref},
+                                 cfg, reference=ref)
+                   for ref in REFERENCES if ref in frames and len(ladder_names) > 1]
+    comparison = pl.concat(comparisons, how="diagonal_relaxed") if comparisons else pl.DataFrame()
+    if not comparisons:
+        notes.append("no reference arm (off or on-zero) beside another arm: no comparisons")
+    side = pl.DataFrame()
+    if effects and "on-zero" in frames:
+        # One family over the blocks: each block-off arm against on-zero, then flipped so
+        # that the delta reads as the block's effect (on-zero - without it).
+        raw = compare_units(frames["on-zero"], {n: frames[n] for n in effects}, cfg,
+                            reference="on-zero", group_cols=())
+        base_scorer = scorers[prepared.key_of["on-zero"]]
+        top = [ids[:10] for ids in base_scorer.rankings(arms["on-zero"])]
+        changed = {}
+        for name in effects:
+            mine = scorers[prepared.key_of[name]].rankings(arms[name])
+            changed[name] = sum(a != b[:10] for a, b in zip(top, mine, strict=True))
+        side = raw.with_columns(
+            block=pl.col("arm").str.strip_prefix("no-"),
+            mean_base=pl.col("mean_arm"), mean_arm=pl.col("mean_base"),
+            delta=-pl.col("delta"), ci_low=-pl.col("ci_high"), ci_high=-pl.col("ci_low"),
+            top10_changed=pl.col("arm").replace_strict(changed, return_dtype=pl.Int64),
+            searches=pl.lit(len(top), dtype=pl.Int64))
+    match = pl.DataFrame([
+        {"arm": name, **dict(zip(("matched", "logged"),
+                                 scorers[prepared.key_of[name]].match_rate(arm), strict=True))}
+        for name, arm in arms.items()], schema={"arm": pl.String, "matched": pl.Int64,
+                                                 "logged": pl.Int64}, orient="row"
+    ).with_columns(rate=pl.col("matched") / pl.col("logged"))
     if "roles" in arms and cfg.replay.policy == "none":
         notes.append("roles: no role policy installed (replay.policy = none), so the roles "
-                     "arm ranks exactly as the baseline")
-    return AblationResult(arms, per_query, summary, comparison, notes)
+                     "arm ranks exactly as on-zero")
+    return AblationResult(arms, dict(every), frames, summary, comparison, side, match, notes)
 
 
-def experiment_configs(cfg: ExperimentConfig) -> dict[str, EngineConfig]:
-    """The ablation arms' configurations plus `tuned` (the engine config as given, whose
-    six weights the search replaces)."""
-    configs = ladder(cfg.engine, cfg.ablation.arms, cfg.ablation.weights)
-    configs["tuned"] = cfg.engine
-    return configs
+@dataclass(frozen=True)
+class ExperimentArms:
+    """Every configuration an experiment scores: the ladder's arms (in order), the
+    side-effect arms (`on-zero` less one recording block), the references the test window
+    compares the tuned weights against, and `tuned` (the engine config as given, whose six
+    weights the search replaces)."""
+
+    ladder: dict[str, EngineConfig]
+    effects: dict[str, EngineConfig]
+    references: dict[str, EngineConfig]
+    tuned: EngineConfig
+
+    def every(self) -> dict[str, EngineConfig]:
+        return {**self.ladder, **self.effects, **self.references, "tuned": self.tuned}
+
+
+def experiment_arms(cfg: ExperimentConfig, *, ablation: bool) -> ExperimentArms:
+    """The configurations of an experiment; without `ablation` only the references and
+    `tuned` (what `tune` needs for its test window)."""
+    refs = REFERENCES if cfg.engine.mspr.enabled else ("off",)
+    arms = ladder(cfg.engine, cfg.ablation.arms, cfg.ablation.weights) if ablation else {}
+    effects = side_effects(cfg.engine) if ablation and "on-zero" in arms else {}
+    return ExperimentArms(arms, effects, ladder(cfg.engine, refs, {}), cfg.engine)
 
 
 def baseline_arm(cfg: ExperimentConfig) -> Arm:
-    """The tuning's starting point: the configured switches, new weights at 0."""
+    """The tuning's starting point, enqueued as its first trial: the configured switches,
+    new weights at 0 (with intent routing as configured, so not `on-zero` when it is on)."""
     zero = replace(cfg.engine, retrieval=replace(cfg.engine.retrieval, delta_personal=0.0,
                                                  epsilon_frequency=0.0, zeta_success=0.0))
-    return arm_of("baseline", zero)
+    return arm_of("start", zero)
 
 
 def engine_params(config: EngineConfig) -> dict[str, Any]:
@@ -225,8 +288,16 @@ def engine_params(config: EngineConfig) -> dict[str, Any]:
     return flatten(as_dict(config), "engine.")
 
 
-def weights_frame(arms: Mapping[str, Arm]) -> pl.DataFrame:
-    return pl.DataFrame([arm.as_dict() for arm in arms.values()])
+def arms_frame(arms: Mapping[str, Arm], configs: Mapping[str, EngineConfig]) -> pl.DataFrame:
+    """One row per arm: its full definition, the switches it runs with and the six weights
+    (`intent` and `roles` as the arm scores them)."""
+    rows = []
+    for name, arm in arms.items():
+        switch = switches(configs[name])
+        rows.append({"name": name, **{k: switch[k] for k in ("mspr", "feedback", "success",
+                                                             "frequency")},
+                     **arm.as_dict()})
+    return pl.DataFrame(rows)
 
 
 def isolation_audit(cfg: ExperimentConfig, prepared: Prepared,

@@ -14,7 +14,8 @@ The timeline (EVALUATION.md, "Replaying logged feedback credibly"):
   ranking differs from the logged one, later logged feedback is counterfactual; the scorer
   reports how many evaluated rankings still match the logged ones (`match rate`).
 - Frequency has two modes. `logged`: access counts and recency come from the log's `access`
-  events (the counts the logging ranker produced) and the replayed searches count nothing;
+  events (the counts the logging ranker produced; none when the replayed configuration
+  records no accesses: MSPR or its frequency block off) and the replayed searches count nothing;
   the table is weight-independent, so any weights can be scored from it. `closed_loop`: the
   evaluated ranker's own results feed the counts, as the library does; the table holds the
   features that ranker saw and is bound to its weights.
@@ -129,12 +130,13 @@ def table_key(config: EngineConfig, frequency: FrequencyMode, *,
         return {"frequency": frequency, "config": as_dict(config)}
     key = featurize_config(config, frequency)
     mspr = key.mspr
+    accesses = {"logged_accesses": counts_access(config)}
     if not has_policy:  # the role switch and strict isolation have nothing to apply
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=False)),
                       corrections=replace(key.corrections, strict_role_isolation=False))
     elif not mspr.role.hard_filter and not config.corrections.strict_role_isolation:
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=True)))
-    return {"frequency": frequency, "config": as_dict(key)}
+    return {"frequency": frequency, "config": as_dict(key), **accesses}
 
 
 @dataclass(frozen=True)
@@ -344,8 +346,10 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     contexts: dict[tuple[Any, ...], RoleContext] = {}
     out = _Collector()
     # Memory events enter through the timeline; clicks, and in closed_loop the logged
-    # accesses, change nothing.
-    acting = ["feedback", "search"] + (["access"] if frequency == "logged" else [])
+    # accesses, change nothing. A configuration that records no accesses (MSPR or its
+    # frequency block off: MSPR.md sections 15, 17) gets none from the log either.
+    logged_accesses = frequency == "logged" and counts_access(config)
+    acting = ["feedback", "search"] + (["access"] if logged_accesses else [])
     events = ds.events.filter(pl.col("kind").is_in(acting)).sort("ts", "seq").with_columns(
         pl.col("ts").cast(pl.Int64))
     # A run of accesses at one time is one step, its memory ids in order: a log has many

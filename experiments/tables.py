@@ -9,7 +9,8 @@ import polars as pl
 from rich import box
 from rich.table import Table
 
-__all__ = ["audit_table", "comparison_table", "delta_matrix", "fmt", "summary_table"]
+__all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "fmt", "ladder_table",
+           "side_effect_table", "summary_table"]
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -26,11 +27,15 @@ def _p(value: float | None) -> str:
 
 def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
                      group_by: Sequence[str] = ("overall", "intent", "question_type"),
-                     base_label: str = "baseline", arm_label: str | None = None) -> Table:
+                     base_label: str = "reference", arm_label: str | None = None,
+                     caption: str = "") -> Table:
     """One row per (arm, group): n, the two means, the delta with its CI, adjusted p-values.
 
-    Groups below the minimum support are marked `*` (read them with care)."""
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    Groups below the minimum support are marked `*` (read them with care); rows outside
+    the multiple-testing family show `n.t.` for their adjusted p-values. `caption` names
+    the family and the permutation count."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
+                  caption=caption or None, caption_justify="left")
     for column in ("arm", "group", "n", base_label, arm_label or "arm mean", "delta",
                    "95% CI", "p (t, adj)", "p (perm, adj)"):
         table.add_column(column, justify="left" if column in ("arm", "group") else "right",
@@ -45,8 +50,9 @@ def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
         previous = r["arm"]
         table.add_row(arm, group, f"{r['n']:,}", fmt(r["mean_base"]), fmt(r["mean_arm"]),
                       f"{r['delta']:+.4f}" if not math.isnan(r["delta"]) else "–",
-                      f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]", _p(r["p_t_adj"]),
-                      _p(r["p_perm_adj"]))
+                      f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+                      *((_p(r["p_t_adj"]), _p(r["p_perm_adj"])) if r.get("tested", True)
+                        else ("n.t.", "n.t.")))
     return table
 
 
@@ -76,7 +82,7 @@ def _group_label(group_by: str, group: str | None) -> str:
 
 
 def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
-                 alpha: float = 0.05) -> Table:
+                 alpha: float = 0.05, family: str = "") -> Table:
     """Arms down, groups across: the mean paired delta against the baseline, marked `+`/`-`
     where its bootstrap CI excludes 0 and `*` where the Holm-adjusted t-test p < alpha.
     The header gives each group's n (queries with a relevant memory)."""
@@ -84,9 +90,10 @@ def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
     groups = rows.select("group_by", "group", "n").unique(["group_by", "group"],
                                                              maintain_order=True)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                  caption=f"+/- : 95% CI excludes 0;  * : Holm-adjusted p < {alpha} "
+                  caption=f"+/- : 95% CI excludes 0;  * : adjusted p < {alpha} "
                           "(paired t-test);  n: queries with a relevant memory; "
-                          "groups under the minimum support in italics",
+                          "groups under the minimum support in italics (not tested)"
+                          + (f";  {family}" if family else ""),
                   caption_justify="left")
     table.add_column("arm", no_wrap=True)
     for r in groups.iter_rows(named=True):
@@ -133,4 +140,95 @@ def audit_table(audit: pl.DataFrame, *, policy: str) -> Table:
         table.add_row(r["arm"], "on" if r["roles"] else "off", f"{r['returned']:,}",
                       f"{r['leaked']:,}", f"{r['leaked_searches']:,}",
                       f"{s.get('leaked', 0):,}", f"{s.get('leaked_searches', 0):,}")
+    return table
+
+
+def _delta_cell(r: dict | None) -> tuple[str, str]:
+    """(delta with its CI, adjusted t-test p) of one comparison row."""
+    if r is None or r["delta"] is None or math.isnan(r["delta"]):
+        return "–", "–"
+    return (f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]",
+            _p(r["p_t_adj"]) if r.get("tested", True) else "n.t.")
+
+
+def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.DataFrame, *,
+                 metric: str, unit: str, title: str) -> Table:
+    """One row per arm, overall: its mean with a CI, its delta against `off` and against
+    `on-zero` with CIs and Holm-adjusted t-test p, and its match rate to the logged
+    rankings. `unit` is query (every question once) or search (traffic-weighted)."""
+    n_label = "queries" if unit == "query" else "searches"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=(
+        f"n: {n_label} with a relevant memory; Δ off: against MSPR off (the context graph "
+        "alone, the rollout's reference); Δ on-zero: against MSPR on at zero new weights "
+        "(what recording verdicts and accesses does by itself is the difference between the "
+        "two); p: Holm-adjusted paired t-test (n.t.: not tested); match: share of "
+        "evaluated rankings equal to the logged one (the rest see frozen feedback that is "
+        "counterfactual for them)"), caption_justify="left")
+    for column in ("arm", "n", "mean [95% CI]", "Δ off [95% CI]", "p", "Δ on-zero [95% CI]",
+                   "p ", "match"):
+        table.add_column(column, justify="left" if column == "arm" else "right", no_wrap=True)
+    rows = summary.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
+                          pl.col("unit") == unit)
+    cmp = comparison.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
+                            pl.col("unit") == unit) if comparison.height else comparison
+    rates = {r["arm"]: r for r in match.iter_rows(named=True)}
+
+    def delta(reference: str, arm: str) -> dict | None:
+        if not cmp.height:
+            return None
+        hit = cmp.filter(pl.col("reference") == reference, pl.col("arm") == arm)
+        return hit.row(0, named=True) if hit.height else None
+
+    for r in rows.iter_rows(named=True):
+        m = rates.get(r["arm"])
+        table.add_row(r["arm"], f"{r['n']:,}",
+                      f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+                      *_delta_cell(delta("off", r["arm"])),
+                      *_delta_cell(delta("on-zero", r["arm"])),
+                      f"{m['rate']:.1%}" if m and m["logged"] else "–")
+    return table
+
+
+_SYMBOL = {"alpha_dense": "α dense", "beta_bm25": "β lexical", "gamma_graph": "γ graph",
+           "delta_personal": "δ personal", "epsilon_frequency": "ε freq",
+           "zeta_success": "ζ success", "frequency": "freq."}
+
+
+def arms_table(arms: pl.DataFrame) -> Table:
+    """Every arm's full definition: the switches it runs with and the six weights."""
+    table = Table(title="ablation arms: switches and weights", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    flags = ("mspr", "feedback", "success", "frequency", "intent", "roles")
+    weights = [c for c in arms.columns if c not in ("name", *flags)]
+    for column in ("arm", *flags, *weights):
+        table.add_column(_SYMBOL.get(column, column),
+                         justify="left" if column == "arm" else "right", no_wrap=True)
+    for r in arms.iter_rows(named=True):
+        table.add_row(r["name"], *("on" if r[f] else "off" for f in flags),
+                      *(f"{r[w]:g}" for w in weights))
+    return table
+
+
+def side_effect_table(effects: pl.DataFrame, *, metric: str) -> Table:
+    """Per recording block: `on-zero` against `on-zero` without that block, i.e. what the
+    block does to the ranking at zero weight, per query and per search."""
+    table = Table(title=f"side effects at zero weight, test window: {metric} of on-zero minus "
+                        "on-zero with one recording block off", title_justify="left",
+                  box=box.SIMPLE_HEAD, caption=(
+                      "a block records state even at weight 0: feedback bumps relevance and "
+                      "ratchets floors, frequency moves decay recency through accesses, "
+                      "success rows only feed ζ; top-10 changed: searches whose top 10 "
+                      "differs from on-zero's; p: Holm-adjusted paired t-test over the "
+                      "blocks"), caption_justify="left")
+    for column in ("block", "unit", "n", "without it", "on-zero", "effect [95% CI]", "p",
+                   "top-10 changed"):
+        table.add_column(column, justify="left" if column in ("block", "unit") else "right",
+                         no_wrap=True)
+    rows = effects.filter(pl.col("metric") == metric, pl.col("group_by") == "overall")
+    for r in rows.iter_rows(named=True):
+        d, p = _delta_cell(r)
+        table.add_row(r["block"], f"per {r['unit']}", f"{r['n']:,}", fmt(r["mean_base"]),
+                      fmt(r["mean_arm"]), d, p,
+                      f"{r['top10_changed']:,} / {r['searches']:,} "
+                      f"({r['top10_changed'] / max(1, r['searches']):.1%})")
     return table

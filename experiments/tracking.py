@@ -81,15 +81,17 @@ class Tracker:
 
     @contextmanager
     def run(self, name: str, *, tags: Mapping[str, str]) -> Iterator[str]:
-        """The parent run; yields its id."""
+        """The parent run; yields its id. Its `msprlab.*` provenance tags (dataset digest,
+        config hash, commit, ...) go on every child run too, so any run can be traced."""
+        self._provenance = {k: v for k, v in tags.items() if k.startswith("msprlab.")}
         with self.mlflow.start_run(run_name=name, tags=dict(tags)) as active:
             yield active.info.run_id
         self.mlflow.flush_async_logging()
 
     @contextmanager
     def child(self, name: str, *, tags: Mapping[str, str] | None = None) -> Iterator[str]:
-        with self.mlflow.start_run(run_name=name, nested=True,
-                                   tags=dict(tags or {})) as active:
+        merged = {**getattr(self, "_provenance", {}), **(tags or {})}
+        with self.mlflow.start_run(run_name=name, nested=True, tags=merged) as active:
             yield active.info.run_id
 
     def params(self, values: Mapping[str, Any]) -> None:
