@@ -448,15 +448,20 @@ def add_experiment_commands(commands: Any) -> None:
         ("run", "the whole experiment: data, replay, ablation ladder, weight search, test",
          "Build the dataset (unless its store exists), replay it, run the ablation ladder and "
          "the weight search on the train window, evaluate the best weights once on the test "
-         "window against the context-graph baseline, and log it all to MLflow."),
-        ("ablate", "the ablation ladder: each signal on alone, against the baseline",
-         "Score the context-graph baseline, each of personal, frequency, success, intent and "
-         "roles switched on alone, and all together, on the test window; paired comparisons "
-         "per intent and question type with bootstrap CIs and Holm-corrected p-values."),
+         "window against off (MSPR disabled: the context graph alone) and on-zero (MSPR on, new "
+         "weights at 0), and log it all to MLflow."),
+        ("ablate", "the ablation ladder: off, on-zero, each signal on alone, all",
+         "Score off (MSPR disabled: the context graph alone), on-zero (MSPR on, new weights "
+         "at 0), each of personal, frequency, success, intent and roles switched on alone "
+         "on top of on-zero, and all together, on the test window; on-zero with each "
+         "recording block off (side effects at zero weight); paired per query against off "
+         "and on-zero, per intent and question type, with bootstrap CIs and Holm-corrected "
+         "p-values over the tested rows; per-search figures beside them."),
         ("tune", "an Optuna search over the six weights on the train window",
          "Search the weights (ranges and sampler from the definition) on the train window, "
-         "starting from the baseline; a killed study resumes from its journal. The best "
-         "weights are evaluated once on the test window."),
+         "starting from the configured switches at zero new weights; a killed study resumes "
+         "from its journal. The best weights are evaluated once on the test window against "
+         "off and on-zero."),
     ):
         parser = commands.add_parser(
             name, help=help_text, description=f"{description} EXPERIMENT is a TOML file or a "

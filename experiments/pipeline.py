@@ -235,7 +235,8 @@ def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, Engi
         side = raw.with_columns(
             block=pl.col("arm").str.strip_prefix("no-"),
             mean_base=pl.col("mean_arm"), mean_arm=pl.col("mean_base"),
-            delta=-pl.col("delta"), ci_low=-pl.col("ci_high"), ci_high=-pl.col("ci_low"),
+            delta=0.0 - pl.col("delta"), ci_low=0.0 - pl.col("ci_high"),
+            ci_high=0.0 - pl.col("ci_low"),  # 0.0 - x: no -0.0 where nothing moved
             top10_changed=pl.col("arm").replace_strict(changed, return_dtype=pl.Int64),
             searches=pl.lit(len(top), dtype=pl.Int64))
     match = pl.DataFrame([

@@ -212,7 +212,7 @@ def _glance(results: Results, primary: str | None, view: StudyView) -> list[str]
             r = hit.row(0, named=True)
             marks = significance(r["p_t_adj"], r["p_perm_adj"])
             lines.append(f"Tuned weights on the test window: {primary} {fmt(r['mean_arm'])} "
-                         f"against {fmt(r['mean_base'])} for the baseline, delta "
+                         f"against {fmt(r['mean_base'])} for off (MSPR disabled), delta "
                          f"{fmt_delta(r['delta'])} (95% CI "
                          f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
                          + (f"significant by {marks}" if marks else

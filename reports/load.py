@@ -30,10 +30,27 @@ TRIAL_COLUMNS = ("number", "state")
 
 # The files a full bundle holds (per-query frames and TREC runs are globbed apart).
 PARTS = ("provenance.json", "ablation/summary.parquet", "ablation/comparison.parquet",
-         "ablation/arms.parquet", "ablation/notes.json", "study/trials.parquet",
+         "ablation/arms.parquet", "ablation/notes.json", "ablation/side_effects.parquet",
+         "study/trials.parquet",
          "study/summary.json", "test/comparison.parquet", "test/arms.parquet",
          "best_weights.contextkit.json", "isolation/audit.parquet")
 _RESULTS = PARTS[1:]  # at least one of these makes a folder a bundle
+
+
+REFERENCE = "off"  # the arm the report's deltas are against: MSPR disabled
+REFERENCE_LABEL = "off (MSPR disabled: the context graph alone)"
+
+
+def headline(comparison: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The rows the report shows: against `off`, per query (bundles also hold deltas
+    against on-zero and per-search figures; an older bundle has neither column)."""
+    if comparison is None:
+        return None
+    if "reference" in comparison.columns:
+        comparison = comparison.filter(pl.col("reference") == REFERENCE)
+    if "unit" in comparison.columns:
+        comparison = comparison.filter(pl.col("unit") == "query")
+    return comparison
 
 
 class BundleError(ValueError):
@@ -58,6 +75,7 @@ class Results:
     test_per_query: dict[str, int] = field(default_factory=dict)
     test_runs: dict[str, int] = field(default_factory=dict)  # run name -> lines
     snippet: dict[str, Any] | None = None
+    side_effects: pl.DataFrame | None = None
     audit: pl.DataFrame | None = None
     missing: tuple[str, ...] = ()
 
@@ -137,14 +155,15 @@ def load_bundle(folder: Path | str) -> Results:
     return Results(
         folder=folder, provenance=provenance,
         ablation_summary=frame("ablation/summary.parquet", SUMMARY_COLUMNS),
-        ablation_comparison=frame("ablation/comparison.parquet", COMPARISON_COLUMNS),
+        ablation_comparison=headline(frame("ablation/comparison.parquet", COMPARISON_COLUMNS)),
         ablation_arms=frame("ablation/arms.parquet", ("name",)),
         ablation_notes=() if notes is None else _notes(notes, folder / "ablation/notes.json"),
-        ablation_per_query=_row_counts(folder / "ablation" / "per_query"),
+        ablation_per_query=_row_counts(folder / "ablation" / "per_search"),
         trials=frame("study/trials.parquet", TRIAL_COLUMNS), study=study,
-        test_comparison=frame("test/comparison.parquet", COMPARISON_COLUMNS),
+        test_comparison=headline(frame("test/comparison.parquet", COMPARISON_COLUMNS)),
+        side_effects=frame("ablation/side_effects.parquet", ("block", "unit", "delta")),
         test_arms=frame("test/arms.parquet", ("name",)),
-        test_per_query=_row_counts(folder / "test" / "per_query"),
+        test_per_query=_row_counts(folder / "test" / "per_search"),
         test_runs=_line_counts(folder / "test" / "runs"),
         snippet=snippet, audit=frame("isolation/audit.parquet", AUDIT_COLUMNS),
         missing=tuple(p for p in PARTS if p not in present))

@@ -53,12 +53,12 @@ def _legend(comparison: pl.DataFrame, min_support: object) -> list[str]:
 
 
 def _test_section(results: Results, metric: str, min_support: object) -> list[str]:
-    out = [f"## Test window: tuned weights against the baseline ({metric})", ""]
+    out = [f"## Test window: tuned weights against off ({metric}, per query)", "", EXPLAIN, ""]
     comparison = results.test_comparison
     if comparison is None:
         return [*out, "Not in this bundle (no test/comparison.parquet): the weight search "
                 "was not run (`msprlab ablate` writes no test window comparison).", ""]
-    header = ["group", "n", "baseline", "tuned", "Δ", "95% CI of Δ", "p t (adj)",
+    header = ["group", "n", "off", "tuned", "Δ", "95% CI of Δ", "p t (adj)",
               "p perm (adj)", "significant"]
     for group_by, title in (("intent", "By intent label"),
                             ("question_type", "By question type")):
@@ -74,7 +74,7 @@ def _test_section(results: Results, metric: str, min_support: object) -> list[st
 
 
 def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
-    out = ["## Ablation: change against the baseline, overall", ""]
+    out = ["## Ablation: change against off, overall (per query)", "", EXPLAIN, ""]
     comparison = results.ablation_comparison
     if comparison is None:
         reason = ("the bundle has no ablation/ (a `tune` run)" if results.ablation_summary
@@ -98,12 +98,37 @@ def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
                          + (f" ({marks})" if marks else ""))
         rows.append(cells)
     n = overall.get_column("n").max() if overall.height else None
-    out += [f"Mean paired delta (arm − baseline) with its 95% CI, over {fmt(n)} test searches "
+    out += [f"Mean paired delta (arm − off) with its 95% CI, over {fmt(n)} test queries "
             "with a relevant memory; (t) / (perm): adjusted p below "
             f"{ALPHA}.", ""]
     out += _table(["arm", *metrics], rows, right=[False, *([True] * len(metrics))])
     out += ["", *(f"- {line}" for line in methods(comparison))]
     return [*out, *(f"- note: {n}" for n in results.ablation_notes), ""]
+
+
+EXPLAIN = ("Deltas are against `off` (MSPR disabled: the context graph alone, the ranking the "
+           "rollout decision is about); `on-zero` (MSPR on, new weights at 0) differs from "
+           "it by what recording verdicts and accesses does to relevance by itself, so a "
+           "delta against `on-zero` (in the bundle) leaves that effect out. Labels: the "
+           "dataset's qrels; n counts distinct questions.")
+
+
+def _side_effects_section(results: Results, metric: str) -> list[str]:
+    effects = results.side_effects
+    if effects is None or not effects.height:
+        return []
+    out = [f"## Side effects at zero weight ({metric})", "",
+           "`on-zero` minus `on-zero` with one recording block off: what recording that "
+           "block does to the ranking when every new weight is 0.", ""]
+    rows = [[r["block"], f"per {r['unit']}", fmt(r["n"]), fmt(r["mean_base"]),
+             fmt(r["mean_arm"]), fmt_delta(r["delta"]),
+             fmt_ci(r["ci_low"], r["ci_high"], signed=True),
+             f"{r['top10_changed'] / max(1, r['searches']):.1%}"]
+            for r in effects.filter(pl.col("metric") == metric,
+                                    pl.col("group_by") == "overall").iter_rows(named=True)]
+    out += _table(["block", "unit", "n", "without it", "on-zero", "effect", "95% CI",
+                   "top 10 changed"], rows, right=[False, False, *([True] * 6)])
+    return [*out, ""]
 
 
 def _weights_section(results: Results) -> list[str]:
@@ -181,6 +206,8 @@ def render_markdown(results: Results) -> str:
     if metric is not None:
         out += _test_section(results, metric, min_support)
     out += _ablation_section(results, metrics)
+    if metric is not None:
+        out += _side_effects_section(results, metric)
     out += _weights_section(results)
     out += _audit_section(results)
     out += _provenance_section(results)

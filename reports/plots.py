@@ -68,7 +68,7 @@ def _finite(value: float | None) -> bool:
 
 
 def ablation_chart(comparison: pl.DataFrame, metric: str, alpha: float = 0.05) -> bytes:
-    """Horizontal bars of each arm's mean paired delta against the baseline, with its CI as
+    """Horizontal bars of each arm's mean paired delta against off, with its CI as
     whiskers, one panel per grouping (overall, intent, question type).
 
     Groups below the minimum support are drawn faded and their label ends in "†"; a bar
@@ -122,7 +122,7 @@ def ablation_chart(comparison: pl.DataFrame, metric: str, alpha: float = 0.05) -
             ax.axvline(0.0, color="#333333", linewidth=0.8)
             ax.set_title(title, loc="left")
             ax.grid(axis="y", visible=False)
-        axes[-1].set_xlabel(f"{metric}: arm − baseline (mean paired delta, 95% CI)")
+        axes[-1].set_xlabel(f"{metric}: arm − off (mean paired delta per query, 95% CI)")
         unique: dict[str, Artist] = {}
         for ax in axes:
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from msprlab.engine.batch import WEIGHTS
-from msprlab.experiments.ablation import ladder
+from msprlab.experiments.ablation import ladder, side_effects, switches
 from msprlab.experiments.cli import main
 from msprlab.experiments.evaluation import arm_of
 from msprlab.experiments.experiment_config import (
@@ -90,8 +90,11 @@ def test_ladder_switches_one_signal_per_arm() -> None:
     cfg = load_experiment("synthetic")
     configs = ladder(cfg.engine, cfg.ablation.arms, cfg.ablation.weights)
     arms = {name: arm_of(name, c) for name, c in configs.items()}
-    base = arms["baseline"]
+    base = arms["on-zero"]
     assert base.weights[3:] == (0.0, 0.0, 0.0) and not base.intent and not base.roles
+    # off: MSPR disabled, alpha/beta/gamma as in on-zero, nothing recorded
+    assert arms["off"].weights == base.weights and not configs["off"].mspr.enabled
+    assert switches(configs["off"]) == dict.fromkeys(switches(configs["off"]), False)
     moved = {name: [w for w, a, b in zip(WEIGHTS, arm.weights, base.weights, strict=True)
                     if a != b] for name, arm in arms.items()}
     assert moved["personal"] == ["delta_personal"]
@@ -100,14 +103,33 @@ def test_ladder_switches_one_signal_per_arm() -> None:
     assert moved["intent"] == [] and arms["intent"].intent and not arms["intent"].roles
     assert moved["roles"] == [] and arms["roles"].roles
     assert len(moved["all"]) == 3 and arms["all"].intent and arms["all"].roles
-    # every arm keeps the state switches: they replay the same logged state
-    assert {c.mspr.feedback.enabled for c in configs.values()} == {True}
+    # every MSPR arm keeps the state switches: they replay the same logged state
+    assert {c.mspr.feedback.enabled for n, c in configs.items() if n != "off"} == {True}
+
+
+def test_side_effects_switch_one_block_off_each() -> None:
+    cfg = load_experiment("synthetic")
+    effects = side_effects(cfg.engine)
+    assert list(effects) == ["no-feedback", "no-success", "no-frequency"]
+    for name, config in effects.items():
+        block = name.removeprefix("no-")
+        on = switches(config)
+        assert on["mspr"] and not on[block]
+        assert all(on[b] for b in ("feedback", "success", "frequency") if b != block)
+        assert arm_of(name, config).weights[3:] == (0.0, 0.0, 0.0)
+
+
+def test_baseline_arm_is_refused_with_its_replacements(tmp_path) -> None:
+    definition = tmp_path / "old.toml"
+    definition.write_text(SMALL + '[ablation]\narms = ["baseline", "personal"]\n')
+    with pytest.raises(ExperimentError, match=r"'off'.*'on-zero'"):
+        load_experiment(definition)
 
 
 def test_ladder_refuses_a_signal_without_its_state() -> None:
     cfg = load_experiment("scifact-sanity")  # mspr off
     with pytest.raises(ValueError, match=r"mspr\.enabled must be on"):
-        ladder(cfg.engine, ["baseline", "personal"], {})
+        ladder(cfg.engine, ["off", "personal"], {})
 
 
 def test_ablate_end_to_end(tmp_path, capsys) -> None:
@@ -124,8 +146,17 @@ def test_ablate_end_to_end(tmp_path, capsys) -> None:
     assert provenance["dataset"]["source"] == "synthetic+clicks"
     assert provenance["split"]["searches"]["test"] > 0
     comparison = pl.read_parquet(bundle / "ablation" / "comparison.parquet")
-    assert set(comparison["arm"]) == {"personal", "frequency", "success", "intent", "roles",
-                                      "all"}
+    signals = {"personal", "frequency", "success", "intent", "roles", "all"}
+    against = {ref: set(comparison.filter(pl.col("reference") == ref)["arm"])
+               for ref in ("off", "on-zero")}
+    assert against == {"off": signals | {"on-zero"}, "on-zero": signals | {"off"}}
+    assert set(comparison["unit"]) == {"query", "search"}
+    effects = pl.read_parquet(bundle / "ablation" / "side_effects.parquet")
+    assert set(effects["block"]) == {"feedback", "success", "frequency"}
+    arms = pl.read_parquet(bundle / "ablation" / "arms.parquet")
+    assert arms.filter(pl.col("name") == "off")["mspr"].to_list() == [False]
+    match = pl.read_parquet(bundle / "ablation" / "match.parquet")
+    assert match.filter(pl.col("arm") == "on-zero")["logged"][0] > 0
     audit = pl.read_parquet(bundle / "isolation" / "audit.parquet")
     assert set(audit["mode"]) == {"compat", "strict"}
     assert (audit["returned"] > 0).all()
