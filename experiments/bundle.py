@@ -7,16 +7,21 @@ engine). Layout:
     provenance.json                  experiment, config hash and text, dataset digest and
                                      source, store, git commit, command, MLflow run, split
                                      sizes, frequency mode, feedback policy, seeds, timings
-    ablation/summary.parquet         stats.aggregate per arm (test window)
-    ablation/comparison.parquet      stats.compare of every arm against the baseline
-    ablation/per_query/ARM.parquet   per-search metric values
-    ablation/arms.parquet            each arm's weights and switches
+    ablation/summary.parquet         stats.aggregate per arm and unit (query, search)
+    ablation/comparison.parquet      stats.compare of every arm against each reference arm
+                                     (`reference`: off, on-zero), per unit
+    ablation/side_effects.parquet    on-zero against on-zero without each recording block
+    ablation/match.parquet           per arm: rankings equal to the logged one
+    ablation/per_search/ARM.parquet  per-search metric values
+    ablation/arms.parquet            each arm's switches and weights
     ablation/notes.json
     study/trials.parquet             every trial: number, state, values, weights, duration
-    study/summary.json               best weights, Pareto front, importance, notes
-    test/comparison.parquet          tuned against the baseline on the test window
-    test/per_query/{baseline,tuned}.parquet
-    test/runs/{baseline,tuned}.trec  TREC runs (scores strictly decreasing with rank)
+    study/summary.json               best (or Pareto) weights, importance, notes
+    test/comparison.parquet          tuned against off and on-zero on the test window, per
+                                     unit, groups including seen/unseen
+    test/summary.parquet             off, on-zero and tuned per group and unit
+    test/per_search/{off,on-zero,tuned}.parquet
+    test/runs/{off,on-zero,tuned}.trec  TREC runs (scores strictly decreasing with rank)
     test/arms.parquet
     best_weights.contextkit.json     the snippet that pastes into Memory.from_config
 """

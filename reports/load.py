@@ -30,8 +30,7 @@ TRIAL_COLUMNS = ("number", "state")
 
 # The files a full bundle holds (per-query frames and TREC runs are globbed apart).
 PARTS = ("provenance.json", "ablation/summary.parquet", "ablation/comparison.parquet",
-         "ablation/arms.parquet", "ablation/notes.json", "ablation/side_effects.parquet",
-         "study/trials.parquet",
+         "ablation/arms.parquet", "ablation/notes.json", "study/trials.parquet",
          "study/summary.json", "test/comparison.parquet", "test/arms.parquet",
          "best_weights.contextkit.json", "isolation/audit.parquet")
 _RESULTS = PARTS[1:]  # at least one of these makes a folder a bundle
@@ -51,6 +50,12 @@ def headline(comparison: pl.DataFrame | None) -> pl.DataFrame | None:
     if "unit" in comparison.columns:
         comparison = comparison.filter(pl.col("unit") == "query")
     return comparison
+
+
+def _per_search(part: Path) -> dict[str, int]:
+    """Rows per arm of a part's per-search frames (`per_query/` in bundles written before
+    the frames were named for their unit)."""
+    return _row_counts(part / "per_search") or _row_counts(part / "per_query")
 
 
 class BundleError(ValueError):
@@ -158,12 +163,13 @@ def load_bundle(folder: Path | str) -> Results:
         ablation_comparison=headline(frame("ablation/comparison.parquet", COMPARISON_COLUMNS)),
         ablation_arms=frame("ablation/arms.parquet", ("name",)),
         ablation_notes=() if notes is None else _notes(notes, folder / "ablation/notes.json"),
-        ablation_per_query=_row_counts(folder / "ablation" / "per_search"),
+        ablation_per_query=_per_search(folder / "ablation"),
         trials=frame("study/trials.parquet", TRIAL_COLUMNS), study=study,
         test_comparison=headline(frame("test/comparison.parquet", COMPARISON_COLUMNS)),
-        side_effects=frame("ablation/side_effects.parquet", ("block", "unit", "delta")),
+        side_effects=_frame(folder / "ablation/side_effects.parquet", ("block", "unit", "delta"))
+        if (folder / "ablation/side_effects.parquet").is_file() else None,
         test_arms=frame("test/arms.parquet", ("name",)),
-        test_per_query=_row_counts(folder / "test" / "per_search"),
+        test_per_query=_per_search(folder / "test"),
         test_runs=_line_counts(folder / "test" / "runs"),
         snippet=snippet, audit=frame("isolation/audit.parquet", AUDIT_COLUMNS),
         missing=tuple(p for p in PARTS if p not in present))

@@ -158,7 +158,7 @@ def test_markdown_summary_matches_the_golden_file():
 def test_markdown_holds_headline_tables_and_provenance():
     text = render_markdown(load_bundle(BUNDLE))
     for needle in ("### By intent label", "### By question type",
-                   "## Ablation: change against the baseline, overall",
+                   "## Ablation: change against off, overall (per query)",
                    "| EXPLORATORY † | 6 |",            # below the minimum support of 20
                    "Holm over 24 rows",                 # the method, from the frame
                    "**data digest**: d1ge57", "**git commit**: 0123456789abcdef",
