@@ -15,18 +15,26 @@ previous memory of the same session; TOPIC_SIMILAR from each memory to its `topi
 most similar earlier memories of the same user with cosine >= `topic_min_similarity`,
 weighted by the cosine.
 
-Planted truth. For every (query, memory of the query's user) pair six latent signals in
-[0, 1], named as the ranker's signals they stand for:
+Planted truth. For every (query, memory of the query's user) pair six signals in [0, 1],
+named as the ranker's signals they stand for:
 
 - dense: max(0, cosine(query vector, memory embedding)); the query vector is the topic
-  centroid plus spread.
+  centroid plus spread. The engine's dense, exactly.
 - lexical: |Q ∩ D| / |Q| over lower-cased `\\w+` tokens, as the engine computes it.
-- graph: proximity to the anchor: 1 for the anchor, else the best product of edge weights
-  over paths of one or two edges (undirected), as BFS reach is computed.
+- graph: the engine's BFS reach from the query's dense seeds: 1 for the `seed_top_k`
+  memories of highest cosine, else the best product of edge weights over undirected walks
+  of at most `expansion_depth` edges of weight >= `edge_weight_floor` (`_reach`).
 - personal: the user's preference for the memory's topic over their top preference.
 - frequency: the memory's latent popularity, Beta(0.5, 2) scaled to a maximum of 1.
 - success: "this memory answered this query before": for memories of the query's topic,
   with probability 0.3, a value uniform in [0.5, 1]; otherwise 0.
+
+The first three are what the replayed ranker computes (dense and lexical exactly, graph up
+to BFS truncation and edge decay), so their weights can be recovered by tuning. The last
+three are latent: the ranker's personal, success and frequency come from the log's
+verdicts and accesses only (a store cannot carry a planted pre-log history: the simulator
+takes a corpus without feedback or access events), so the default planted weights of
+those three are 0. They stay in `pairs` for worlds that plant them on purpose.
 
 utility = sum of planted weight x signal + Normal(0, relevance_noise). Per query the
 memories are ranked by utility: the first `grade_counts[2]` get grade 3, the next
@@ -36,7 +44,7 @@ Everything is drawn from one generator seeded by `seed`, in bulk.
 >>> ds, truth = generate_synthetic(SyntheticSpec(n_users=2, memories_per_user=12,
 ...                                              queries_per_user=2), seed=1)
 >>> ds.counts()["memories"], ds.counts()["queries"], truth.weights.dense
-(24, 4, 0.35)
+(24, 4, 0.5)
 """
 
 from __future__ import annotations
@@ -50,9 +58,8 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 import polars as pl
-from scipy import sparse
 
-from msprlab.engine.config import EdgesConfig
+from msprlab.engine.config import EdgesConfig, RetrievalConfig
 
 from .schema import (
     EDGES,
@@ -123,14 +130,18 @@ def _is_int(value: object) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class PlantedWeights:
-    """The true weight of each signal in the utility (any finite values >= 0, not all 0)."""
+    """The true weight of each signal in the utility (any finite values >= 0, not all 0).
 
-    dense: float = 0.35
-    lexical: float = 0.15
+    The default plants the three signals the replayed ranker observes (module docstring),
+    each with a share of the utility it can be measured by.
+    """
+
+    dense: float = 0.5
+    lexical: float = 0.3
     graph: float = 0.2
-    personal: float = 0.1
-    frequency: float = 0.1
-    success: float = 0.1
+    personal: float = 0.0
+    frequency: float = 0.0
+    success: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -178,7 +189,7 @@ class SyntheticSpec:
     user_topic_concentration: float = 0.3
     phrasing: tuple[tuple[str, float], ...] = _DEFAULT_PHRASING
     weights: PlantedWeights = field(default_factory=PlantedWeights)
-    relevance_noise: float = 0.05
+    relevance_noise: float = 0.01
     grade_counts: tuple[int, int, int] = (4, 2, 1)
     edges: EdgesConfig = field(default_factory=EdgesConfig)
 
@@ -261,7 +272,7 @@ def generate_synthetic(spec: SyntheticSpec, *, seed: int) -> tuple[Dataset, Synt
     edges = _edges(spec, memories, vectors)
     queries, query_vectors, anchors = _queries(spec, rng, world, memories, topics)
     pairs = _pairs(spec, rng, world, memories, topics, vectors, queries, query_vectors,
-                   anchors, edges)
+                   edges)
     qrels = (pairs.filter(pl.col("relevance") > 0)
              .select("query_id", "memory_id", "relevance")
              .sort("query_id", "relevance", "memory_id", descending=[False, True, False]))
@@ -453,8 +464,7 @@ def _queries(spec: SyntheticSpec, rng: np.random.Generator, world: dict[str, np.
 def _pairs(spec: SyntheticSpec, rng: np.random.Generator, world: dict[str, np.ndarray],
            memories: pl.DataFrame, topics: dict[str, np.ndarray],
            vectors: npt.NDArray[np.float64], queries: pl.DataFrame,
-           query_vectors: npt.NDArray[np.float64], anchors: npt.NDArray[np.int64],
-           edges: pl.DataFrame) -> pl.DataFrame:
+           query_vectors: npt.NDArray[np.float64], edges: pl.DataFrame) -> pl.DataFrame:
     """Every (query, memory of its user) with the six planted signals, utility and grade."""
     per_user = spec.memories_per_user
     n_queries = queries.height
@@ -463,14 +473,15 @@ def _pairs(spec: SyntheticSpec, rng: np.random.Generator, world: dict[str, np.nd
     q = np.repeat(np.arange(n_queries), per_user)
     m = by_user[query_user].ravel()
     unit = _unit_rows(vectors)
-    dense = np.clip(np.einsum("ij,ij->i", query_vectors[q], unit[m]), 0.0, 1.0)
+    cosine = np.einsum("ij,ij->i", query_vectors[q], unit[m])
+    dense = np.clip(cosine, 0.0, 1.0)
     tokens = token_incidence(pl.concat([memories["text"], queries["text"]]))
     memory_tokens, query_tokens = tokens[:memories.height], tokens[memories.height:]
     shared = np.asarray(query_tokens[q].multiply(memory_tokens[m]).sum(axis=1)).ravel()
     sizes = np.asarray(query_tokens.sum(axis=1)).ravel()[q]
     lexical = np.divide(shared, sizes, out=np.zeros(q.size), where=sizes > 0)
-    proximity = _proximity(memories, edges, anchors)
-    graph = np.asarray(proximity[q, m]).ravel()
+    graph = _reach(spec, memories, edges, cosine.reshape(n_queries, per_user),
+                   by_user[query_user]).ravel()
     preference = world["preference"][query_user[q]]
     personal = preference[np.arange(q.size), topics["memory"][m]] / preference.max(axis=1)
     frequency = world["popularity"][m]
@@ -492,23 +503,37 @@ def _pairs(spec: SyntheticSpec, rng: np.random.Generator, world: dict[str, np.nd
         "utility": utility, "relevance": grade.astype(np.int64)})
 
 
-def _proximity(memories: pl.DataFrame, edges: pl.DataFrame,
-               anchors: npt.NDArray[np.int64]) -> sparse.csr_matrix:
-    """(n_queries, n_memories): 1 at the anchor, else the best product of edge weights
-    over one or two undirected edges from it."""
-    index = memories.select("memory_id").with_row_index("row")
-    links = (edges.join(index, left_on="src", right_on="memory_id")
-             .join(index, left_on="dst", right_on="memory_id", suffix="_dst")
-             .select(a="row", b="row_dst", w="weight"))
-    both = (pl.concat([links, links.select(a="b", b="a", w="w")])
-            .filter(pl.col("a") != pl.col("b")).group_by("a", "b").agg(pl.col("w").max()))
-    start = pl.DataFrame({"query": np.arange(anchors.size), "a": anchors},
-                         schema={"query": pl.Int64, "a": pl.UInt32})
-    hop1 = start.join(both, on="a").select("query", "b", "w")
-    hop2 = hop1.join(both, left_on="b", right_on="a").select(
-        "query", b="b_right", w=pl.col("w") * pl.col("w_right"))
-    reach = (pl.concat([hop1, hop2, start.select("query", b="a", w=pl.lit(1.0))])
-             .group_by("query", "b").agg(pl.col("w").max()))
-    return sparse.csr_matrix(
-        (reach["w"].to_numpy(), (reach["query"].to_numpy(), reach["b"].to_numpy())),
-        shape=(anchors.size, memories.height))
+def _reach(spec: SyntheticSpec, memories: pl.DataFrame, edges: pl.DataFrame,
+           cosine: npt.NDArray[np.float64], rows: npt.NDArray[np.int64],
+           ) -> npt.NDArray[np.float64]:
+    """(n_queries, memories_per_user): the BFS reach of each of the query owner's memories
+    from the query's dense seeds (MSPR.md section 8), `cosine` and `rows` laid out alike.
+
+    Seeds: the `seed_top_k` memories of highest cosine (ties in memory order), reach 1.
+    Others: the best product of edge weights over undirected walks of at most
+    `expansion_depth` edges from a seed, each edge of weight >= `edge_weight_floor`, 0 when
+    unreached. Edges count at their synthesised weight: the ranker they are planted for
+    decays them slowly over the log (experiments/configs/synthetic.toml). The engine's
+    own BFS stops at `max_candidates`; this reach does not.
+    """
+    retrieval = RetrievalConfig()
+    live = edges
+    index = {m: i for i, m in enumerate(memories["memory_id"].to_list())}
+    a = np.array([index[x] for x in live["src"].to_list()], dtype=np.int64)
+    b = np.array([index[x] for x in live["dst"].to_list()], dtype=np.int64)
+    w = np.clip(live["weight"].to_numpy(), 0.0, 1.0)
+    keep = (w >= retrieval.edge_weight_floor) & (a != b)
+    n = memories.height
+    weights = np.zeros((n, n))
+    np.maximum.at(weights, (a[keep], b[keep]), w[keep])
+    weights = np.maximum(weights, weights.T)  # traversal is undirected
+    reach = np.zeros(cosine.shape)
+    seeds = np.argsort(-cosine, axis=1, kind="stable")[:, :retrieval.seed_top_k]
+    np.put_along_axis(reach, seeds, 1.0, axis=1)
+    for query in range(cosine.shape[0]):
+        local = weights[np.ix_(rows[query], rows[query])]
+        level = reach[query].copy()
+        for _ in range(retrieval.expansion_depth):
+            level = np.maximum(level, (level[:, None] * local).max(axis=0))
+        reach[query] = level
+    return reach

@@ -270,7 +270,11 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
         f"{k} {v:.3f}" for k, v in zip(WEIGHTS, best.weights, strict=True)), highlight=False)
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
-    return _test_window(ctx, test_scorer, base, best, snippet, metrics)
+    out = _test_window(ctx, test_scorer, base, best, snippet, metrics)
+    from .recovery import report_recovery
+    report_recovery(ctx.console, ctx.bundle, ctx.tracker, prepared.store, prepared.dataset.digest,
+                    test_scorer, best, cfg.metrics.primary)
+    return out
 
 
 def study_summary(result: Any, n_trials: int) -> dict[str, Any]:

@@ -314,7 +314,7 @@ def test_an_objective_must_cover_some_search(journal_dir: Path) -> None:
     factual = Scorer.of(table.subset((table.searches["intent_label"] == "FACTUAL").to_numpy()),
                         scorer().metrics)
     with pytest.raises(ValueError, match=r"'ndcg@10/intent/EXPLORATORY' covers no train search "
-                                         r"with a relevant memory; .* \{'FACTUAL': 20\}"):
+                                         r"with a relevant memory; .* \{'FACTUAL': \d+\}"):
         tune(factual, base(), SearchSpace.unit(NEW), [Objective("ndcg@10", intent="EXPLORATORY")],
              n_trials=2, study_name="x", storage=journal_dir / "x.journal")
 
