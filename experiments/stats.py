@@ -43,11 +43,14 @@ Multiple testing: a row is `tested` (inside the family) when its metric is in
 `test_metrics`, it has n_queries >= max(2, min_support), and its query-level differences
 are not all zero (a test that cannot reject). The family size m is fixed before any test
 runs; untested rows keep their raw p-values (where computed) and get NaN adjusted ones.
-The permutation test draws `permutation_count(m, alpha)` = max(9,999, ceil(20 m / alpha))
-random sign flips, so its smallest two-sided p, 2 / (n_permutations + 1) (SciPy's
-definition: the observed statistic counts as one of the resamples), times m stays below
-alpha / 10; the 9,999 floor bounds the Monte Carlo error of p (about 0.002 at p = 0.05).
-A cell with 2^n <= that count (n queries) flips all 2^n sign vectors exactly instead.
+The permutation test draws `permutation_count(m, alpha)` = max(9,999, floor(20 m / alpha))
+random sign flips, the fewest for which its smallest two-sided p, 2 / (n_permutations + 1)
+(SciPy's definition: the observed statistic counts as one of the resamples), times m stays
+below alpha / 10 (108,000 for m = 270 at 0.05); the 9,999 floor bounds the Monte Carlo
+error of p (about 0.002 at p = 0.05). A cell with 2^n <= that count (n queries) flips all
+2^n sign vectors exactly instead; its smallest p is 2 / 2^n, so a group that small cannot
+reach significance whatever the count. The count is in the output (`n_permutations`, and
+in `permutation_test`).
 
 NaN values are excluded per metric and counted in `n_no_relevant`, in the unit of `n` (in
 `compare`, a search pair is excluded if either side is NaN; a query with no pair left is
@@ -56,6 +59,26 @@ everywhere; one query gives the value, a NaN CI and NaN p-values; values that ar
 (to rounding) give a zero-width CI. In `compare`, differences that are all zero give p = 1
 for both tests (and the row is not tested); constant non-zero differences (per query mean)
 give a NaN t-test p (zero variance, t undefined) and a permutation p as usual.
+
+The API, with the columns the callers rely on:
+
+    per_query(frame, *, key="query_id", metric_cols, group_cols=GROUPS)
+        -> key, *group_cols, *metric_cols, n_searches
+    aggregate(values, *, metric_cols, group_cols=GROUPS, unit="query", cluster="query_id",
+              n_resamples=1000, seed=0, confidence=0.95, min_support=30)
+        -> group_by, group, metric, unit, n, n_queries, n_no_relevant, mean, ci_low,
+           ci_high, confidence, low_support, ci_method
+    compare(base, arms, *, metric_cols, group_cols=GROUPS, key="search", unit="query",
+            cluster="query_id", n_resamples=1000, seed=0, confidence=0.95,
+            correction="holm", min_support=30, alpha=0.05, test_metrics=None)
+        -> arm, group_by, group, metric, unit, n, n_queries, n_no_relevant, mean_base,
+           mean_arm, delta, ci_low, ci_high, p_t, p_perm, n_permutations, p_t_adj,
+           p_perm_adj, low_support, tested, ci_method, t_test, permutation_test, correction
+    permutation_count(family, alpha=0.05) -> int
+
+In `compare`, `key` pairs the searches of base and arm (`event_id` in the pipeline) and
+`cluster` names their query; the calls written before per-query inference keep working and
+now get query-level inference (pass unit="search" for the traffic-weighted figures).
 
 Randomness: every cell's bootstrap draws from its own stream, `np.random.default_rng([seed,
 crc32 of (arm, group_by, group, metric)])`, so results are deterministic for a seed and a
@@ -690,7 +713,7 @@ def _correction_label(correction: str, family: int, t_family: int, min_support: 
                       tested_metrics: Sequence[str], metric_cols: Sequence[str]) -> str:
     name = "Holm" if correction == "holm" else "Benjamini-Hochberg"
     which = "" if list(tested_metrics) == list(metric_cols) else \
-        f", metrics {', '.join(tested_metrics)}"
+        f", metrics {', '.join(tested_metrics) or 'none'}"
     t_note = "" if t_family == family else f"; {t_family} with a t-test p"
     return (f"{name} over {family} tested rows (n_queries >= {max(2, min_support)}, "
             f"differences not all zero{which}{t_note})")
