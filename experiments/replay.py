@@ -294,6 +294,27 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
                        engine_rankings=engine_rankings, seed_index=seed_index)
 
 
+def _check_seed_count(config: EngineConfig, values: Mapping[str, list[Any]],
+                      limit: int | None) -> None:
+    """Refuse a seed count the replay would silently cap. The library asks the vector store
+    for `limit` hits and keeps `seed_top_k` of them (MSPR.md sections 1 and 6); the replay
+    finds `DEFAULT_SEEDS` (the logging run's), so a search that would keep more seeds than
+    that cannot be replayed as configured."""
+    top_k = config.retrieval.seed_top_k
+    if top_k <= DEFAULT_SEEDS:
+        return
+    limits = [limit if limit is not None else logged
+              for kind, logged in zip(values["kind"], values["limit"], strict=True)
+              if kind == "search"]
+    wanted = max((min(top_k, n) for n in limits if n is not None), default=0)
+    if wanted > DEFAULT_SEEDS:
+        raise ValueError(
+            f"context_graph.retrieval.seed_top_k = {top_k}: with search limits up to "
+            f"{max(n for n in limits if n is not None)} the library would keep {wanted} dense "
+            f"seeds, but the replay finds the logging run's {DEFAULT_SEEDS}; set seed_top_k "
+            f"<= {DEFAULT_SEEDS} (or replay.limit <= {DEFAULT_SEEDS})")
+
+
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while the replay runs, as it was after.
@@ -369,6 +390,7 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
             (ts, query_row[q]) for kind, ts, q in zip(
                 values["kind"], values["ts"], values["query_id"], strict=True)
             if kind == "search" and q in query_row], vectors)
+    _check_seed_count(run, values, limit)
     planned = 0
     # each query's vector with its norm, summed once rather than at each of its searches
     embeddings = list(map(Embedding, vectors, row_norms_sq(vectors)))

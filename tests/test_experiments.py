@@ -177,3 +177,31 @@ def test_missing_experiment_is_bad_input(tmp_path, capsys) -> None:
     assert main(["ablate", "nonexistent", "--root", str(tmp_path), "--no-track"]) == 2
     assert "no experiment 'nonexistent'" in capsys.readouterr().out
     assert not Path(tmp_path, "results").exists()
+
+
+def test_a_seed_count_the_replay_would_cap_is_refused(tmp_path, capsys) -> None:
+    definition = tmp_path / "seeds.toml"
+    definition.write_text(SMALL.replace("[engine.context_graph]\nenabled = true\n",
+                                        "[engine.context_graph]\nenabled = true\n"
+                                        "retrieval = { seed_top_k = 20 }\n")
+                          + "[ablation]\narms = [\"off\"]\n")
+    definition.write_text(definition.read_text().replace("[replay]\n", "[replay]\nlimit = 20\n"))
+    assert main(["ablate", str(definition), "--root", str(tmp_path), "--no-track"]) == 2
+    out = capsys.readouterr().out
+    assert "seed_top_k = 20" in out and "replay finds the logging run's 10" in out
+
+
+def test_a_smaller_seed_count_changes_the_candidate_table(tmp_path) -> None:
+    from msprlab.experiments import pipeline as P
+    tables = {}
+    for top_k in (10, 3):
+        definition = tmp_path / f"seeds{top_k}.toml"
+        definition.write_text(SMALL.replace(
+            "[engine.context_graph]\nenabled = true\n",
+            f"[engine.context_graph]\nenabled = true\nretrieval = {{ seed_top_k = {top_k} }}\n"))
+        cfg = load_experiment(definition)
+        store = P.prepare_store(cfg, tmp_path)
+        prepared = P.tables(cfg, store, {"tuned": cfg.engine})
+        tables[top_k] = prepared.table("tuned").candidates
+    assert tables[3]["was_seed"].sum() < tables[10]["was_seed"].sum()
+    assert tables[3].height < tables[10].height
