@@ -211,7 +211,7 @@ def _bm25_reference(ctx: Context, prepared: P.Prepared) -> None:
 
 def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storage: str | None,
                workers: int | None, sampler: str | None) -> dict[str, Any]:
-    from .tune import Objective, SearchSpace, best_config_snippet, tune
+    from .tune import Objective, SearchSpace, best_config_snippet, gated_ranges, tune
     cfg = ctx.cfg
     metrics = [parse_metric(m) for m in cfg.metrics.names]
     key = prepared.key_of["tuned"]
@@ -219,7 +219,13 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     test = P.split_tables(prepared, "test")[key]
     train_scorer, test_scorer = Scorer.of(train, metrics), Scorer.of(test, metrics)
     base = P.baseline_arm(cfg)
-    space = SearchSpace(dict(cfg.tune.ranges))
+    searched, fixed = gated_ranges(cfg.engine, dict(cfg.tune.ranges))
+    if not searched:
+        raise ExperimentError(f"{cfg.path}: tune.ranges names no weight whose signal is on "
+                              f"({'; '.join(fixed)})")
+    space = SearchSpace(searched)
+    for note in fixed:
+        ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     objectives = [Objective(*_objective(o)) for o in cfg.tune.objectives]
     n_trials = trials or cfg.tune.trials
     journal = storage or cfg.tune.storage or str(
@@ -234,7 +240,9 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
             ctx.tracker.params({"study": study_name, "storage": journal,
                                 "sampler": sampler or cfg.tune.sampler, "trials": n_trials,
                                 "objectives": list(cfg.tune.objectives), "seed": cfg.seed,
-                                **{f"range.{k}": list(v) for k, v in space.ranges.items()}})
+                                **{f"range.{k}": list(v) for k, v in space.ranges.items()},
+                                **{f"fixed.{n.split(': ', 1)[1].split(' ')[0]}": 0.0
+                                   for n in fixed}})
 
         def on_trial(record: Any) -> None:
             if ctx.tracker is not None and record.values is not None:
@@ -253,7 +261,10 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
         best = result.best[0]
         snippet = best_config_snippet(cfg.engine, best)
         ctx.bundle.frame(result.trials, "study/trials.parquet")
-        ctx.bundle.json(study_summary(result, n_trials), "study/summary.json")
+        summary = study_summary(result, n_trials)
+        summary["notes"] = [*fixed, *summary["notes"]]
+        summary["fixed_at_zero"] = [n.split(": ", 1)[1].split(" ")[0] for n in fixed]
+        ctx.bundle.json(summary, "study/summary.json")
         if ctx.tracker is not None:
             ctx.tracker.metrics({f"importance/{metric_key(label)}/{weight}": value
                                  for label, values in result.importance.items()

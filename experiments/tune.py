@@ -325,6 +325,33 @@ def best_config_snippet(config: EngineConfig, arm: Arm) -> dict[str, Any]:
     }
 
 
+def signal_gates(config: EngineConfig) -> dict[str, str | None]:
+    """Per new weight, why its term reads nothing under `config` (None: it can act).
+
+    δ reads the feedback store and ζ the success store, which exist only with MSPR and
+    their block on (MSPR.md sections 13.4, 14, 17); ε reads access counts, which a replay
+    gets only when the configuration records accesses (MSPR and its frequency block on,
+    section 15; `replay` applies the log's accesses only then)."""
+    m = config.mspr
+    off = None if m.enabled else "mspr.enabled off"
+    return {
+        "delta_personal": off or (None if m.feedback.enabled else "mspr.feedback off"),
+        "epsilon_frequency": off or (None if m.frequency.enabled else "mspr.frequency off"),
+        "zeta_success": off or (None if m.success.enabled else "mspr.success off"),
+    }
+
+
+def gated_ranges(config: EngineConfig, ranges: Mapping[str, tuple[float, float]],
+                 ) -> tuple[dict[str, tuple[float, float]], list[str]]:
+    """The search ranges less the weights whose signal is off (they stay at the base arm's
+    0), and a note naming each one left out."""
+    gates = signal_gates(config)
+    kept = {w: r for w, r in ranges.items() if gates.get(w) is None}
+    notes = [f"fixed at 0, not searched: {w} ({gates[w]})" for w in ranges
+             if gates.get(w) is not None]
+    return kept, notes
+
+
 # -- preparation -------------------------------------------------------------------------
 
 def _is_number(value: object) -> bool:

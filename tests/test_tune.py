@@ -345,3 +345,25 @@ def test_config_snippet_round_trips(intent: bool, roles: bool) -> None:
 def all_signals_config_dict() -> dict:
     from msprlab.experiments.replay_cli import ALL_SIGNALS
     return ALL_SIGNALS
+
+
+def test_weights_whose_signal_is_off_are_not_searched() -> None:
+    from dataclasses import replace as _replace
+
+    from msprlab.engine import config_from_dict
+    from msprlab.experiments.tune import gated_ranges
+    on = config_from_dict({"mspr": {"enabled": True, "feedback": {"enabled": True},
+                                    "success": {"enabled": True},
+                                    "frequency": {"enabled": True}}})
+    full = dict.fromkeys(WEIGHTS, (0.0, 1.0))
+    kept, notes = gated_ranges(on, full)
+    assert list(kept) == list(WEIGHTS) and notes == []
+    no_success = _replace(on, mspr=_replace(on.mspr, success=_replace(on.mspr.success,
+                                                                      enabled=False)))
+    kept, notes = gated_ranges(no_success, full)
+    assert "zeta_success" not in kept and len(kept) == 5
+    assert notes == ["fixed at 0, not searched: zeta_success (mspr.success off)"]
+    off = _replace(on, mspr=_replace(on.mspr, enabled=False))
+    kept, notes = gated_ranges(off, full)
+    assert set(kept) == {"alpha_dense", "beta_bm25", "gamma_graph"}
+    assert all("mspr.enabled off" in n for n in notes) and len(notes) == 3
