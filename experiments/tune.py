@@ -50,7 +50,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -68,7 +68,8 @@ from .evaluation import Arm, Scorer
 from .metrics import parse_metric
 
 __all__ = ["DEFAULT_STUDY_DIR", "MIN_IMPORTANCE_TRIALS", "PRUNERS", "SAMPLERS", "Objective",
-           "SearchSpace", "TrialRecord", "TuneResult", "best_config_snippet", "tune"]
+           "SearchSpace", "TrialRecord", "TuneResult", "best_config_snippet", "snippet_notes",
+           "tune", "tuned_config"]
 
 SamplerName = Literal["tpe", "cmaes", "random"]
 PrunerName = Literal["none", "wilcoxon"]
@@ -306,23 +307,66 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
         optuna.logging.set_verbosity(verbosity)
 
 
-def best_config_snippet(config: EngineConfig, arm: Arm) -> dict[str, Any]:
-    """The ContextKit config fragment (for `Memory.from_config`) that runs `arm`: the six
-    weights under `context_graph.retrieval`, and the MSPR switches of `config` (the
-    configuration the table was replayed with) with intent routing and the role policy
-    as the arm scores them."""
+def tuned_config(config: EngineConfig, arm: Arm) -> EngineConfig:
+    """`config` (the configuration the table was replayed with) ranking as `arm`: its six
+    weights, intent routing and the role policy as the arm scores them, and the MSPR master
+    switch on when either is."""
     mspr = config.mspr
-    return {
-        "context_graph": {"enabled": config.context_graph_enabled,
-                          "retrieval": dict(zip(WEIGHTS, map(float, arm.weights), strict=True))},
-        "mspr": {"enabled": mspr.enabled or arm.intent or arm.roles,
-                 "intent": {"enabled": arm.intent, "strategy": mspr.intent.strategy},
-                 "role": {"enabled": arm.roles, "hard_filter": mspr.role.hard_filter},
-                 "feedback": {"enabled": mspr.feedback.enabled},
-                 "frequency": {"enabled": mspr.frequency.enabled},
-                 "success": {"enabled": mspr.success.enabled,
-                             "min_sample_size": mspr.success.min_sample_size}},
-    }
+    return replace(
+        config, retrieval=replace(config.retrieval, **dict(zip(WEIGHTS, map(float, arm.weights),
+                                                               strict=True))),
+        mspr=replace(mspr, enabled=mspr.enabled or arm.intent or arm.roles,
+                     intent=replace(mspr.intent, enabled=arm.intent),
+                     role=replace(mspr.role, enabled=arm.roles)))
+
+
+def best_config_snippet(config: EngineConfig, arm: Arm) -> dict[str, Any]:
+    """The ContextKit config fragment (for `Memory.from_config`) that ranks as `arm` on the
+    experiment of `config`: `tuned_config(config, arm)` in the library's nested keys.
+
+    It always holds the six weights, `context_graph.enabled` (off by default in the library)
+    and every `enabled` switch of `mspr`, and besides them every ranking setting that
+    differs from the library's default (seeds, expansion, algorithm, decay, edge synthesis,
+    feedback, intent, role and success settings), so `config_from_dict(snippet)` gives
+    `tuned_config(config, arm)` back but for `corrections`. Those are msprlab's own switches,
+    which the library does not have: they are left out, and `snippet_notes` says which ones
+    the snippet therefore cannot reproduce."""
+    tuned = tuned_config(config, arm)
+    default = EngineConfig()
+    graph = {"enabled": tuned.context_graph_enabled,
+             **{block: _differing(getattr(tuned, block), getattr(default, block),
+                                  keep=WEIGHTS if block == "retrieval" else ())
+                for block in ("retrieval", "decay", "edges")}}
+    return {"context_graph": {k: v for k, v in graph.items() if v != {}},
+            "mspr": _differing(tuned.mspr, default.mspr, keep=("enabled",))}
+
+
+def _differing(value: Any, default: Any, *, keep: Sequence[str] = ()) -> dict[str, Any]:
+    """A config dataclass as a nested dict of the fields that differ from `default`, and
+    those in `keep` (here and in every nested block) whatever their value."""
+    out: dict[str, Any] = {}
+    for f in fields(value):
+        mine, theirs = getattr(value, f.name), getattr(default, f.name)
+        if hasattr(mine, "__dataclass_fields__"):
+            out[f.name] = _differing(mine, theirs, keep=keep)
+        elif f.name in keep or mine != theirs:
+            out[f.name] = float(mine) if f.name in WEIGHTS else mine
+    return out
+
+
+# What each msprlab correction changes, as MSPR.md section 18 numbers the library's quirks.
+_CORRECTED_QUIRK = {"personal_boost_user_scoped": "quirk 1", "strict_role_isolation":
+                    "quirks 12 and 13", "apply_edge_type_priors": "quirk 9",
+                    "idempotent_backfill": "quirk 7", "ppr_undirected": "quirk 27"}
+
+
+def snippet_notes(config: EngineConfig) -> tuple[str, ...]:
+    """What `best_config_snippet` cannot carry: each msprlab correction on in `config`."""
+    return tuple(
+        f"msprlab.corrections.{f.name} is on in this experiment, and the library has no such "
+        f"setting (MSPR.md 18, {_CORRECTED_QUIRK[f.name]}): best_weights.contextkit.json "
+        "leaves it out, so the library ranks with that quirk, not as the tuned engine did"
+        for f in fields(config.corrections) if getattr(config.corrections, f.name))
 
 
 # -- preparation -------------------------------------------------------------------------

@@ -345,3 +345,65 @@ def test_config_snippet_round_trips(intent: bool, roles: bool) -> None:
 def all_signals_config_dict() -> dict:
     from msprlab.experiments.replay_cli import ALL_SIGNALS
     return ALL_SIGNALS
+
+
+# -- the library snippet ---------------------------------------------------------------------
+
+def _experiment_dict() -> dict:
+    """A library config with many non-default ranking settings, and two corrections on."""
+    return {
+        "context_graph": {
+            "enabled": True,
+            "retrieval": {"seed_top_k": 4, "expansion_depth": 3, "max_candidates": 30,
+                          "edge_weight_floor": 0.2, "algorithm": "ppr", "ppr_damping": 0.7,
+                          "ppr_max_iter": 120, "ppr_tolerance": 1e-8, "alpha_dense": 0.4},
+            "decay": {"enabled": False, "half_life_days": 7.5, "min_edge_weight": 0.01,
+                      "min_node_relevance": 0.05, "tick_on_read": False},
+            "edges": {"enable_temporal_next": False, "topic_top_k": 3,
+                      "topic_min_similarity": 0.6, "reply_to_window_seconds": 600}},
+        "mspr": {"enabled": True,
+                 "intent": {"enabled": True, "cache_size": 0, "enable_regex_fastpath": False},
+                 "feedback": {"enabled": True, "boost_delta": 0.2, "penalty_delta": 0.05,
+                              "max_boost_per_memory": 0.0, "pin_floor_on_boost": False},
+                 "frequency": {"enabled": True},
+                 "role": {"enabled": True, "hard_filter": False},
+                 "success": {"enabled": True, "min_sample_size": 5}},
+        "msprlab": {"corrections": {"ppr_undirected": True, "strict_role_isolation": True}},
+    }
+
+
+def test_snippet_carries_every_non_default_ranking_setting() -> None:
+    from dataclasses import fields, replace
+
+    from msprlab.engine.config import Corrections, EngineConfig
+    from msprlab.experiments.tune import snippet_notes, tuned_config
+    config = config_from_dict(_experiment_dict())
+    arm = Arm("tuned", (0.5, 0.125, 0.3, 0.7, 0.25, 1.0), intent=False, roles=True)
+    snippet = best_config_snippet(config, arm)
+    assert "msprlab" not in snippet  # msprlab's corrections are not library settings
+    back = config_from_dict(snippet)
+    assert back == replace(tuned_config(config, arm), corrections=Corrections())
+    # what the arm changes, and nothing else
+    assert weights_of(back) == arm.weights and arm_of("tuned", back) == arm
+    assert replace(back, retrieval=config.retrieval, mspr=replace(
+        back.mspr, intent=config.mspr.intent)) == replace(config, corrections=Corrections())
+    # only the switches and the weights are written at their default values
+    retrieval = snippet["context_graph"]["retrieval"]
+    assert retrieval["ppr_damping"] == 0.7 and "enabled" not in retrieval
+    assert snippet["mspr"]["frequency"] == {"enabled": True}
+    assert snippet["mspr"]["intent"] == {"enabled": False, "cache_size": 0,
+                                         "enable_regex_fastpath": False}
+    assert "strategy" not in snippet["mspr"]["intent"]
+    # the library defaults: only the switches and the weights
+    plain = best_config_snippet(EngineConfig(), Arm("a", (0.55, 0.15, 0.3, 0, 0, 0)))
+    assert plain == {"context_graph": {"enabled": True, "retrieval": dict(zip(
+        WEIGHTS, (0.55, 0.15, 0.3, 0.0, 0.0, 0.0), strict=True))},
+        "mspr": {"enabled": False, **{block: {"enabled": False} for block in (
+            "intent", "feedback", "frequency", "role", "success")}}}
+    notes = snippet_notes(config)
+    assert len(notes) == 2 and "corrections.strict_role_isolation is on" in notes[0]
+    assert "corrections.ppr_undirected is on" in notes[1] and "quirk 27" in notes[1]
+    every = replace(config, corrections=Corrections(**{
+        f.name: True for f in fields(Corrections)}))
+    assert len(snippet_notes(every)) == len(fields(Corrections))  # each one named
+    assert snippet_notes(config_from_dict({})) == ()
