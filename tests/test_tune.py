@@ -34,12 +34,19 @@ from msprlab.experiments.metrics import parse_metric
 from msprlab.experiments.replay import replay
 from msprlab.experiments.replay_cli import all_signals_config
 from msprlab.experiments.tune import (
+    FIXED_ATTR,
     MIN_IMPORTANCE_TRIALS,
+    SAMPLER_ATTR,
+    SETTINGS_ATTR,
+    SWITCHES_ATTR,
     Objective,
     ProcessSafeJournal,
     SearchSpace,
     TrialRecord,
     best_config_snippet,
+    fixed_weights,
+    search_space,
+    trials_message,
     tune,
 )
 
@@ -283,6 +290,13 @@ def test_importance_needs_enough_trials(journal_dir: Path, monkeypatch) -> None:
                                                         r"for zeta_success, but got \(0.5, 0.5\)"),
     (lambda: SearchSpace({"zeta_success": (0.0, 2.0)}), r"but got \(0.0, 2.0\)"),
     (lambda: SearchSpace({"zeta_success": 1.0}), r"a \(low, high\) pair of numbers, got 1.0"),
+    (lambda: SearchSpace({"alpha_dense": (0, 1), "zeta_success": (0, 1)},
+                         fixed={"zeta_success": "mspr.success off"}),
+     "zeta_success both searched and fixed at 0"),
+    (lambda: SearchSpace({"alpha_dense": (0, 1)}, fixed={"zeta": "off"}),
+     r"unknown fixed weights \['zeta'\]"),
+    (lambda: search_space({"zeta_success": (0, 1)}, config_from_dict({})),
+     r"every weight in the search space is fixed at 0 \(zeta_success \(mspr off\)\)"),
     (lambda: Objective("ndcg@ten"), "metric"),
     (lambda: Objective("ndcg@10", intent="factual"), "intent must be one of FACTUAL"),
 ])
@@ -345,6 +359,114 @@ def test_config_snippet_round_trips(intent: bool, roles: bool) -> None:
 def all_signals_config_dict() -> dict:
     from msprlab.experiments.replay_cli import ALL_SIGNALS
     return ALL_SIGNALS
+
+
+# -- weights whose signal is off -----------------------------------------------------------
+
+def _signals(**switches: bool) -> dict:
+    """The all-signals config dict with some MSPR blocks (or MSPR itself) switched."""
+    raw = all_signals_config_dict()
+    mspr = {**raw["mspr"], "enabled": switches.pop("mspr", True)}
+    for block, on in switches.items():
+        mspr[block] = {**mspr[block], "enabled": on}
+    return {**raw, "mspr": mspr}
+
+
+@pytest.mark.parametrize(("switches", "fixed"), [
+    ({}, {}),
+    ({"feedback": False}, {"delta_personal": "mspr.feedback off"}),
+    ({"frequency": False, "success": False},
+     {"epsilon_frequency": "mspr.frequency off", "zeta_success": "mspr.success off"}),
+    # the master switch: no providers and no access counting, whatever the blocks say
+    ({"mspr": False}, dict.fromkeys(NEW, "mspr off")),
+])
+def test_fixed_weights_follow_the_switches_each_term_needs(switches, fixed) -> None:
+    found = fixed_weights(config_from_dict(_signals(**switches)))
+    assert found == fixed and list(found) == [w for w in WEIGHTS if w in fixed]
+
+
+def test_weights_whose_signal_is_off_are_never_searched(journal_dir: Path) -> None:
+    config = config_from_dict(_signals(frequency=False, success=False))
+    space = search_space(dict.fromkeys(WEIGHTS, (0.0, 1.0)), config)
+    assert list(space.ranges) == ["alpha_dense", "beta_bm25", "gamma_graph", "delta_personal"]
+    # a base arm with a value there is zeroed too: the term does not exist in the library
+    start = Arm("base", (0.55, 0.15, 0.3, 0.2, 0.0, 0.4), intent=True)
+    result = tune(scorer(), start, space, [Objective("ndcg@10")], n_trials=10,
+                  study_name="gated", storage=journal_dir / "gated.journal", sampler="random")
+    note = "fixed at 0: epsilon_frequency (mspr.frequency off), zeta_success (mspr.success off)"
+    assert result.notes[0] == note
+    assert result.study.user_attrs[FIXED_ATTR] == note
+    assert result.study.user_attrs[SETTINGS_ATTR]["fixed"] == {
+        "epsilon_frequency": "mspr.frequency off", "zeta_success": "mspr.success off"}
+    for trial in result.study.trials:
+        assert set(trial.params) == set(space.ranges)
+    assert (result.trials.select("epsilon_frequency", "zeta_success") == 0.0).to_numpy().all()
+    assert result.trials["delta_personal"].n_unique() > 1  # the others are searched
+    snippet = best_config_snippet(config, result.best[0])["context_graph"]["retrieval"]
+    assert snippet["zeta_success"] == 0.0 and snippet["epsilon_frequency"] == 0.0
+    # resuming the same study with the weights searched again is another study
+    with pytest.raises(ValueError, match=r"created for other settings \(space: .*fixed: "):
+        tune(scorer(), start, SearchSpace.unit(WEIGHTS), [Objective("ndcg@10")],
+             n_trials=12, study_name="gated", storage=journal_dir / "gated.journal",
+             sampler="random")
+
+
+# -- --trials: a target total ---------------------------------------------------------------
+
+def test_trials_message() -> None:
+    assert trials_message(300, 300) == ("0 new trials: the study already holds 300 (of 300 "
+                                        "requested); --trials 400 adds 100")
+    assert trials_message(320, 300).startswith("0 new trials: the study already holds 320 "
+                                               "(of 300 requested)")
+    assert trials_message(180, 300) == "adding 120 trials to the study's 180 (target 300)"
+    assert trials_message(0, 8) == "adding 8 trials to the study's 0 (target 8)"
+
+
+def test_n_trials_is_the_studys_target_total(journal_dir: Path) -> None:
+    starts: list[tuple[int, int]] = []
+    first = run(journal_dir, n_trials=5, sampler="random", on_start=lambda *a: starts.append(a))
+    assert (first.held, first.added) == (0, 5)
+    again = run(journal_dir, n_trials=5, sampler="random", on_start=lambda *a: starts.append(a))
+    assert (again.held, again.added, again.trials.height) == (5, 0, 5)
+    more = run(journal_dir, n_trials=8, sampler="random", on_start=lambda *a: starts.append(a))
+    assert (more.held, more.added, more.trials.height) == (5, 3, 8)
+    assert starts == [(0, 5), (5, 5), (5, 8)]
+
+
+# -- the sampler is part of the study ---------------------------------------------------------
+
+def test_resuming_with_another_sampler_needs_the_switch(journal_dir: Path) -> None:
+    first = run(journal_dir, n_trials=4, sampler="tpe", seed=2)
+    assert first.study.user_attrs[SAMPLER_ATTR] == {"name": "tpe", "seed": 2}
+    with pytest.raises(ValueError, match=r"runs with sampler tpe \(seed 2\), not random "
+                                         r"\(seed 2\); .*--sampler tpe.*--switch-sampler"):
+        run(journal_dir, n_trials=6, sampler="random", seed=2)
+    with pytest.raises(ValueError, match=r"not tpe \(seed 3\)"):  # the seed is part of it
+        run(journal_dir, n_trials=6, sampler="tpe", seed=3)
+    switched = run(journal_dir, n_trials=7, sampler="random", seed=2, switch_sampler=True)
+    assert switched.trials["sampler"].to_list() == ["tpe"] * 4 + ["random"] * 3
+    assert [t.user_attrs[SAMPLER_ATTR] for t in switched.study.trials] == \
+        ["tpe"] * 4 + ["random"] * 3
+    assert switched.study.user_attrs[SWITCHES_ATTR] == [
+        {"from": {"name": "tpe", "seed": 2}, "to": {"name": "random", "seed": 2},
+         "after_trials": 4}]
+    assert any("sampler switched from tpe (seed 2) to random (seed 2) after 4" in note
+               for note in switched.notes)
+    # the study now runs with random: resuming with it needs no switch, with tpe it does
+    assert run(journal_dir, n_trials=8, sampler="random", seed=2).trials["sampler"][-1] == \
+        "random"
+    with pytest.raises(ValueError, match="runs with sampler random"):
+        run(journal_dir, n_trials=9, sampler="tpe", seed=2)
+
+
+def test_a_study_from_before_samplers_were_stored_resumes(journal_dir: Path) -> None:
+    first = run(journal_dir, n_trials=3, sampler="random")
+    storage = first.study._storage
+    study = optuna.load_study(study_name="study", storage=storage)
+    study.set_user_attr(SAMPLER_ATTR, None)  # as an older study: nothing recorded
+    resumed = run(journal_dir, n_trials=4, sampler="tpe")
+    assert resumed.study.user_attrs[SAMPLER_ATTR] == {"name": "tpe", "seed": 0}
+    assert any("first 3 trials recorded no sampler" in note for note in resumed.notes)
 
 
 # -- the library snippet ---------------------------------------------------------------------
