@@ -529,3 +529,94 @@ def test_snippet_carries_every_non_default_ranking_setting() -> None:
         f.name: True for f in fields(Corrections)}))
     assert len(snippet_notes(every)) == len(fields(Corrections))  # each one named
     assert snippet_notes(config_from_dict({})) == ()
+
+
+# -- msprlab tune ----------------------------------------------------------------------------
+
+TUNE_DEFINITION = """
+name = "gated"
+seed = 3
+
+[dataset]
+source = "synthetic"
+store = "runs/gated.duckdb"
+searches = 240
+users = 3
+memories_per_user = 20
+queries_per_user = 4
+
+[split]
+test_fraction = 0.4
+
+[engine.context_graph]
+enabled = true
+
+[engine.mspr]
+enabled = true
+feedback = { enabled = true }
+success = { enabled = false }
+frequency = { enabled = false }
+
+[metrics]
+names = ["ndcg@10", "mrr"]
+min_support = 5
+bootstrap = 200
+
+[tune]
+trials = 6
+sampler = "random"
+"""
+
+
+def test_the_tune_command(tmp_path: Path, capsys) -> None:
+    import json
+
+    from msprlab.experiments.cli import main
+    definition = tmp_path / "gated.toml"
+    definition.write_text(TUNE_DEFINITION)
+
+    def tune_cli(*flags: str) -> tuple[int, str]:
+        code = main(["tune", str(definition), "--root", str(tmp_path), "--no-track", *flags])
+        return code, " ".join(capsys.readouterr().out.split())  # unwrapped
+
+    code, out = tune_cli()
+    assert code == 0, out
+    assert "adding 6 trials to the study's 0 (target 6)" in out
+    assert "note: fixed at 0: epsilon_frequency (mspr.frequency off), zeta_success " \
+           "(mspr.success off)" in out
+    bundle = max((tmp_path / "results").iterdir())
+    snippet = json.loads((bundle / "best_weights.contextkit.json").read_text())
+    assert snippet["context_graph"]["retrieval"]["zeta_success"] == 0.0
+    assert snippet["context_graph"]["retrieval"]["epsilon_frequency"] == 0.0
+    summary = json.loads((bundle / "study" / "summary.json").read_text())
+    assert summary["fixed"] == {"epsilon_frequency": "mspr.frequency off",
+                                "zeta_success": "mspr.success off"}
+    assert (summary["sampler"], summary["trials_added"]) == ("random", 6)
+    trials = pl.read_parquet(bundle / "study" / "trials.parquet")
+    assert set(trials["sampler"]) == {"random"}
+
+    code, out = tune_cli()
+    assert code == 0, out
+    assert "0 new trials: the study already holds 6 (of 6 requested); --trials 106 adds " \
+           "100" in out and "weight search: 0 new trials" in out
+
+    code, out = tune_cli("--sampler", "tpe", "--trials", "8")
+    assert code == 2
+    assert "runs with sampler random (seed 3), not tpe (seed 3)" in out
+    assert "--switch-sampler" in out
+
+    code, out = tune_cli("--sampler", "tpe", "--trials", "8", "--switch-sampler")
+    assert code == 0, out
+    assert "adding 2 trials to the study's 6 (target 8)" in out
+    assert "sampler switched from random (seed 3) to tpe (seed 3) after 6" in out
+    trials = pl.read_parquet(max((tmp_path / "results").iterdir()) / "study" / "trials.parquet")
+    assert trials["sampler"].to_list() == ["random"] * 6 + ["tpe"] * 2
+
+
+def test_tune_help_says_trials_is_a_target_total(capsys) -> None:
+    from msprlab.experiments.cli import main
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the study's target total of finished trials, not a number to add" in text
+    assert "--switch-sampler" in text
