@@ -6,6 +6,11 @@ others from the base arm), scores it on the train scorer with one vectorised
 
 - The base arm is enqueued as trial 0 (once per study, resumes included), so every study
   starts from the baseline.
+- A weight whose signal the experiment's engine config switches off is not searched: it is
+  fixed at 0 (`search_space`, `fixed_weights`), and the result's notes and the study say so.
+- The sampler and its seed belong to the study (stored when it is created): resuming with
+  another is refused unless `switch_sampler`, and each trial records the sampler it ran
+  under.
 - Samplers are seeded: TPE (Optuna 5 defaults: multivariate for one objective, independent
   for several, constant liar on), CMA-ES (needs the `cmaes` package; one objective) or
   random. A call's sampler seed is derived from `seed`, the number of trials the study
