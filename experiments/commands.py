@@ -210,8 +210,19 @@ def _bm25_reference(ctx: Context, prepared: P.Prepared) -> None:
 
 
 def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storage: str | None,
-               workers: int | None, sampler: str | None) -> dict[str, Any]:
-    from .tune import Objective, SearchSpace, best_config_snippet, gated_ranges, tune
+               workers: int | None, sampler: str | None,
+               switch_sampler: bool = False) -> dict[str, Any]:
+    """The weight search on the train window. `trials` is the study's target total of
+    finished trials (a resumed study runs only the missing ones); `switch_sampler` lets a
+    resumed study continue with another sampler than the one it was created with."""
+    from .tune import (
+        Objective,
+        best_config_snippet,
+        search_space,
+        snippet_notes,
+        trials_message,
+        tune,
+    )
     cfg = ctx.cfg
     metrics = [parse_metric(m) for m in cfg.metrics.names]
     key = prepared.key_of["tuned"]
@@ -219,30 +230,23 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     test = P.split_tables(prepared, "test")[key]
     train_scorer, test_scorer = Scorer.of(train, metrics), Scorer.of(test, metrics)
     base = P.baseline_arm(cfg)
-    searched, fixed = gated_ranges(cfg.engine, dict(cfg.tune.ranges))
-    if not searched:
-        raise ExperimentError(f"{cfg.path}: tune.ranges names no weight whose signal is on "
-                              f"({'; '.join(fixed)})")
-    space = SearchSpace(searched)
-    for note in fixed:
-        ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    space = search_space(dict(cfg.tune.ranges), cfg.engine)  # signals off: weights fixed at 0
     objectives = [Objective(*_objective(o)) for o in cfg.tune.objectives]
     n_trials = trials or cfg.tune.trials
     journal = storage or cfg.tune.storage or str(
         prepared.store.with_name(prepared.store.stem + f".{cfg.name}.optuna.journal"))
     study_name = f"{cfg.name}-{cfg.digest()[:8]}-{prepared.dataset.digest[:8]}"
-    task = ctx.bar.add_task(f"tuning ({sampler or cfg.tune.sampler}, {n_trials} trials)",
-                            total=n_trials)
+    chosen = sampler or cfg.tune.sampler
+    task = ctx.bar.add_task(f"tuning ({chosen}, target {n_trials} trials)", total=n_trials)
     started = time.perf_counter()
     with ExitStack() as stack:
         if ctx.tracker is not None:
             stack.enter_context(ctx.tracker.child("study", tags={"msprlab.study": study_name}))
             ctx.tracker.params({"study": study_name, "storage": journal,
-                                "sampler": sampler or cfg.tune.sampler, "trials": n_trials,
+                                "sampler": chosen, "trials": n_trials,
                                 "objectives": list(cfg.tune.objectives), "seed": cfg.seed,
                                 **{f"range.{k}": list(v) for k, v in space.ranges.items()},
-                                **{f"fixed.{n.split(': ', 1)[1].split(' ')[0]}": 0.0
-                                   for n in fixed}})
+                                **{f"fixed.{k}": why for k, why in space.fixed.items()}})
 
         def on_trial(record: Any) -> None:
             if ctx.tracker is not None and record.values is not None:
@@ -251,20 +255,24 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
                     synchronous=False)
 
         result = tune(train_scorer, base, space, objectives, n_trials=n_trials, seed=cfg.seed,
-                      sampler=sampler or cfg.tune.sampler,  # type: ignore[arg-type]
+                      sampler=chosen,  # type: ignore[arg-type]
                       pruner=cfg.tune.pruner,  # type: ignore[arg-type]
                       storage=journal, study_name=study_name,
-                      workers=workers or cfg.tune.workers,
+                      workers=workers or cfg.tune.workers, switch_sampler=switch_sampler,
+                      on_start=lambda held, target: ctx.console.print(
+                          trials_message(held, target), highlight=False),
                       progress=lambda done, total: ctx.bar.update(task, completed=done,
                                                                   total=total),
                       on_trial=on_trial)
         best = result.best[0]
         snippet = best_config_snippet(cfg.engine, best)
+        cannot = list(snippet_notes(cfg.engine))
+        if best.roles and cfg.replay.policy != "none":
+            cannot.append(f"the role policy (replay.policy = {cfg.replay.policy!r}) is not a "
+                          "config setting: install it with Memory.set_role_policy")
         ctx.bundle.frame(result.trials, "study/trials.parquet")
-        summary = study_summary(result, n_trials)
-        summary["notes"] = [*fixed, *summary["notes"]]
-        summary["fixed_at_zero"] = [n.split(": ", 1)[1].split(" ")[0] for n in fixed]
-        ctx.bundle.json(summary, "study/summary.json")
+        ctx.bundle.json(study_summary(result, n_trials, sampler=chosen, seed=cfg.seed,
+                                      snippet_notes=cannot), "study/summary.json")
         if ctx.tracker is not None:
             ctx.tracker.metrics({f"importance/{metric_key(label)}/{weight}": value
                                  for label, values in result.importance.items()
@@ -274,13 +282,16 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
             ctx.tracker.params({f"best.{w}": v for w, v in zip(
                 WEIGHTS, best.weights, strict=True)})
     seconds = time.perf_counter() - started
-    ctx.console.print(f"weight search: {len(result.trials):,} trials in {seconds:.1f} s on the "
-                      f"train window ({train.searches.height:,} searches); study "
-                      f"{study_name} in {journal}", highlight=False)
+    ctx.console.print(f"weight search: {result.added:,} new trials in {seconds:.1f} s on the "
+                      f"train window ({train.searches.height:,} searches); the study holds "
+                      f"{result.trials.height:,}: {study_name} in {journal}", highlight=False)
     ctx.console.print("best weights: " + ", ".join(
         f"{k} {v:.3f}" for k, v in zip(WEIGHTS, best.weights, strict=True)), highlight=False)
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    for note in cannot:
+        ctx.console.print(f"[yellow]note (best_weights.contextkit.json):[/yellow] {note}",
+                          highlight=False)
     out = _test_window(ctx, test_scorer, base, best, snippet, metrics)
     from .recovery import report_recovery
     report_recovery(ctx.console, ctx.bundle, ctx.tracker, prepared.store, prepared.dataset.digest,
@@ -288,11 +299,20 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     return out
 
 
-def study_summary(result: Any, n_trials: int) -> dict[str, Any]:
-    """What the study found, as JSON: best (or Pareto) weights and values, importance."""
+def study_summary(result: Any, n_trials: int, *, sampler: str | None = None,
+                  seed: int | None = None, snippet_notes: list[str] | None = None
+                  ) -> dict[str, Any]:
+    """What the study found, as JSON: the searched space and the weights fixed at 0, best
+    (or Pareto) weights and values, importance, the sampler, and what the library snippet
+    (`best_weights.contextkit.json`) cannot reproduce."""
+    from .tune import SETTINGS_ATTR
     states = result.trials["state"].value_counts()
+    space = result.study.user_attrs.get(SETTINGS_ATTR, {})  # as the study stores it
     return {
         "study": result.study_name, "storage": result.storage, "trials_requested": n_trials,
+        "trials_held_before": result.held, "trials_added": result.added,
+        "sampler": sampler, "seed": seed,
+        "space": space.get("space", {}), "fixed": space.get("fixed", {}),
         "trials": {state: int(n) for state, n in states.iter_rows()},
         "objectives": [o.label() for o in result.objectives],
         "best": [{"weights": dict(zip(WEIGHTS, arm.weights, strict=True)),
@@ -303,6 +323,7 @@ def study_summary(result: Any, n_trials: int) -> dict[str, Any]:
         "pareto": len(result.objectives) > 1,
         "importance": result.importance, "importance_method": "PED-ANOVA (optuna.importance)",
         "notes": list(result.notes),
+        "snippet_notes": list(snippet_notes or []),
     }
 
 
@@ -439,7 +460,8 @@ def _command(args: argparse.Namespace, which: str) -> int:
                         _bm25_reference(ctx, prepared)
                 if which in ("tune", "run"):
                     run_tuning(ctx, prepared, trials=args.trials, storage=args.storage,
-                               workers=args.workers, sampler=args.sampler)
+                               workers=args.workers, sampler=args.sampler,
+                               switch_sampler=args.switch_sampler)
                 ctx.bundle.finish(started)
                 if ctx.tracker is not None:
                     ctx.tracker.mlflow.log_artifacts(str(ctx.bundle.folder))
@@ -490,9 +512,17 @@ def add_experiment_commands(commands: Any) -> None:
                                  "sqlite:///mlflow.db)")
         parser.add_argument("--no-track", action="store_true", help="do not log to MLflow")
         parser.add_argument("--trials", type=int, default=None,
-                            help="weight-search trials (default: the definition's)")
+                            help="the study's target total of finished trials, not a number "
+                                 "to add: a resumed study runs only the missing ones (none "
+                                 "once it holds N; --trials 400 on a study of 300 adds 100); "
+                                 "default: the definition's tune.trials")
         parser.add_argument("--sampler", choices=("tpe", "cmaes", "random"), default=None,
-                            help="Optuna sampler (default: the definition's, tpe)")
+                            help="Optuna sampler (default: the definition's, tpe); a study "
+                                 "keeps the sampler it was created with")
+        parser.add_argument("--switch-sampler", action="store_true",
+                            help="let a resumed study continue with --sampler although it "
+                                 "was created with another (refused otherwise, exit 2); the "
+                                 "switch is stored and each trial records its sampler")
         parser.add_argument("--storage", default=None,
                             help="Optuna storage: a journal file path or an RDB URL such as "
                                  "postgresql://...; default: a journal beside the store")

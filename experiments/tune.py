@@ -6,6 +6,11 @@ others from the base arm), scores it on the train scorer with one vectorised
 
 - The base arm is enqueued as trial 0 (once per study, resumes included), so every study
   starts from the baseline.
+- A weight whose signal the experiment's engine config switches off is not searched: it is
+  fixed at 0 (`search_space`, `fixed_weights`), and the result's notes and the study say so.
+- The sampler and its seed belong to the study (stored when it is created): resuming with
+  another is refused unless `switch_sampler`, and each trial records the sampler it ran
+  under.
 - Samplers are seeded: TPE (Optuna 5 defaults: multivariate for one objective, independent
   for several, constant liar on), CMA-ES (needs the `cmaes` package; one objective) or
   random. A call's sampler seed is derived from `seed`, the number of trials the study
@@ -50,7 +55,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -68,7 +73,8 @@ from .evaluation import Arm, Scorer
 from .metrics import parse_metric
 
 __all__ = ["DEFAULT_STUDY_DIR", "MIN_IMPORTANCE_TRIALS", "PRUNERS", "SAMPLERS", "Objective",
-           "SearchSpace", "TrialRecord", "TuneResult", "best_config_snippet", "tune"]
+           "SearchSpace", "TrialRecord", "TuneResult", "best_config_snippet", "fixed_weights",
+           "search_space", "snippet_notes", "trials_message", "tune", "tuned_config"]
 
 SamplerName = Literal["tpe", "cmaes", "random"]
 PrunerName = Literal["none", "wilcoxon"]
@@ -82,6 +88,12 @@ PRUNE_EVERY = 8
 MIN_IMPORTANCE_TRIALS = 50
 BASELINE_ATTR = "msprlab_baseline"
 SETTINGS_ATTR = "msprlab_tune"
+# On the study: {"name", "seed"} of the sampler it runs with; on each trial: the name.
+SAMPLER_ATTR = "msprlab_sampler"
+SWITCHES_ATTR = "msprlab_sampler_switches"  # on the study: each switch, in order
+FIXED_ATTR = "msprlab_fixed"                # on the study: `SearchSpace.note()`
+# Settings added after studies were first stored, with the value an older study had.
+_LATER_SETTINGS: dict[str, Any] = {"fixed": {}}
 _STEP_ORDER_SEED = 20260105  # fixed: steps must pair across trials, calls and resumes
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -91,10 +103,15 @@ _LABELS = tuple(label.value for label in INTENTS)
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """Which weights are searched, each in a range within [0, 1]; the others keep the base
-    arm's values. Stored in `WEIGHTS` order whatever the order given."""
+    """Which weights are searched, each in a range within [0, 1]; `fixed` weights are held
+    at 0 in every trial (weight -> why, e.g. "mspr.success off"); the others keep the base
+    arm's values. Both stored in `WEIGHTS` order whatever the order given.
+
+    `search_space(ranges, config)` builds one for an engine configuration: it fixes the
+    weights whose signal the configuration switches off."""
 
     ranges: Mapping[str, tuple[float, float]]
+    fixed: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranges, Mapping) or not self.ranges:
@@ -103,6 +120,19 @@ class SearchSpace:
         if unknown := [name for name in self.ranges if name not in WEIGHTS]:
             raise ValueError(f"SearchSpace: unknown weights {unknown}; the weights are "
                              f"{', '.join(WEIGHTS)}")
+        if not isinstance(self.fixed, Mapping) or not all(
+                isinstance(why, str) and why for why in self.fixed.values()):
+            raise ValueError("SearchSpace: fixed must map weights to the reason each is held "
+                             f"at 0, e.g. {{'zeta_success': 'mspr.success off'}}, got "
+                             f"{self.fixed!r}")
+        if unknown := [name for name in self.fixed if name not in WEIGHTS]:
+            raise ValueError(f"SearchSpace: unknown fixed weights {unknown}; the weights are "
+                             f"{', '.join(WEIGHTS)}")
+        if both := [name for name in WEIGHTS if name in self.ranges and name in self.fixed]:
+            raise ValueError(f"SearchSpace: {', '.join(both)} both searched and fixed at 0; "
+                             "leave each out of one of them")
+        object.__setattr__(self, "fixed", {name: self.fixed[name] for name in WEIGHTS
+                                           if name in self.fixed})
         ordered: dict[str, tuple[float, float]] = {}
         for name in WEIGHTS:
             if name not in self.ranges:
@@ -126,7 +156,57 @@ class SearchSpace:
         return SearchSpace(dict.fromkeys(names, (0.0, 1.0)))
 
     def as_dict(self) -> dict[str, list[float]]:
+        """The searched ranges (the fixed weights are `fixed`)."""
         return {name: [low, high] for name, (low, high) in self.ranges.items()}
+
+    def note(self) -> str | None:
+        """"fixed at 0: zeta_success (mspr.success off)", or None when nothing is fixed."""
+        if not self.fixed:
+            return None
+        return "fixed at 0: " + ", ".join(f"{name} ({why})" for name, why in self.fixed.items())
+
+
+# The switches each new weight's term needs (MSPR.md section 1, step 5, and sections 15, 17).
+_SIGNAL_SWITCH = {"epsilon_frequency": "frequency", "delta_personal": "feedback",
+                  "zeta_success": "success"}
+
+
+def fixed_weights(config: EngineConfig) -> dict[str, str]:
+    """The new weights whose term `config` keeps at 0 in the library, each with the switch
+    that does it, in `WEIGHTS` order.
+
+    - delta_personal: the personal-boost provider is built only when `mspr.enabled` and
+      `mspr.feedback.enabled` (MSPR.md 1, step 5.6); without it the term is 0.
+    - zeta_success: the success provider needs `mspr.enabled` and `mspr.success.enabled`
+      (MSPR.md 1, step 5.7).
+    - epsilon_frequency: the term itself is read whenever ε > 0, even with MSPR off
+      (MSPR.md 15 and 17, quirk 22), but it reads access counts, and the library counts
+      accesses only when `mspr.enabled` and `mspr.frequency.enabled` (step 5.10). A
+      `logged` replay takes the counts from the log whatever the switches, so a searched ε
+      would score counts that a deployment of this configuration never accumulates (only
+      counts restored from a snapshot or bumped by decay-v2 would exist there).
+
+    With `mspr.enabled` false all three are fixed, for "mspr off".
+    """
+    mspr = config.mspr
+    gates = {"frequency": mspr.frequency.enabled, "feedback": mspr.feedback.enabled,
+             "success": mspr.success.enabled}
+    return {name: "mspr off" if not mspr.enabled else f"mspr.{switch} off"
+            for name, switch in _SIGNAL_SWITCH.items()
+            if not (mspr.enabled and gates[switch])}
+
+
+def search_space(ranges: Mapping[str, tuple[float, float]], config: EngineConfig
+                 ) -> SearchSpace:
+    """`ranges` as a SearchSpace for an experiment replayed with `config`: the weights whose
+    signal is off there (`fixed_weights`) are fixed at 0, searched or not."""
+    fixed = fixed_weights(config)
+    searched = {name: bounds for name, bounds in ranges.items() if name not in fixed}
+    if ranges and not searched:
+        raise ValueError(f"tune: every weight in the search space is fixed at 0 "
+                         f"({', '.join(f'{n} ({fixed[n]})' for n in ranges)}); add a weight "
+                         "whose signal is on to tune.ranges, or switch its signal on")
+    return SearchSpace(searched, fixed=fixed)
 
 
 @dataclass(frozen=True)
@@ -159,7 +239,8 @@ class Objective:
 @dataclass(frozen=True)
 class TrialRecord:
     """One finished trial: state "COMPLETE", "PRUNED" or "FAIL"; `values` in objective
-    order (None unless complete); all six weights (`WEIGHTS` order)."""
+    order (None unless complete); all six weights (`WEIGHTS` order); the sampler the trial
+    ran under (None for a trial from before trials recorded it)."""
 
     number: int
     state: str
@@ -167,6 +248,7 @@ class TrialRecord:
     weights: tuple[float, ...]
     seconds: float | None
     baseline: bool
+    sampler: str | None = None
 
 
 @dataclass(frozen=True)
@@ -175,11 +257,14 @@ class TuneResult:
 
     best : the best arm (one objective) or the Pareto-optimal arms (several), by trial
         number; `best_values[i]` holds arm i's objective values.
-    trials : one row per finished trial: number, state, baseline, one column per objective
-        label, the six weights, seconds.
+    trials : one row per finished trial: number, state, baseline, sampler, one column per
+        objective label, the six weights, seconds.
     importance : objective label -> {searched weight: PED-ANOVA importance, summing to 1};
         empty, with a note, when fewer than `MIN_IMPORTANCE_TRIALS` trials completed.
-    notes : what the reader should know (importance not computed, trials left running).
+    notes : what the reader should know (weights fixed at 0, a sampler switch, importance
+        not computed, trials left running).
+    held : finished trials the study held when the call began; `added` those it gained
+        during the call (the call's own, and any another process finished meanwhile).
     """
 
     study: optuna.Study
@@ -190,6 +275,8 @@ class TuneResult:
     trials: pl.DataFrame
     importance: dict[str, dict[str, float]]
     notes: tuple[str, ...] = field(default=())
+    held: int = 0
+    added: int = 0
 
     @property
     def study_name(self) -> str:
@@ -206,14 +293,16 @@ class _Objective:
     metrics: tuple[str, ...]          # metric name of each objective
     covered: tuple[np.ndarray, ...]   # searches each objective averages over
     steps: tuple[np.ndarray, ...] | None  # Wilcoxon blocks of searches, in step order
+    sampler: SamplerName = "tpe"      # recorded on each trial
 
     def arm(self, trial: optuna.Trial) -> Arm:
-        weights = list(self.base.weights)
+        weights = list(self.base.weights)  # the fixed weights are 0 there (`_with_fixed`)
         for name, (low, high) in self.space.ranges.items():
             weights[WEIGHTS.index(name)] = trial.suggest_float(name, low, high)
         return Arm(f"trial {trial.number}", tuple(weights), self.base.intent, self.base.roles)
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
+        trial.set_user_attr(SAMPLER_ATTR, self.sampler)  # first: failed trials record it too
         values = self.scorer.values(self.arm(trial))
         means = tuple(float(values[m][rows].mean())
                       for m, rows in zip(self.metrics, self.covered, strict=True))
@@ -243,6 +332,8 @@ class _Plan:
 def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Objective], *,
          n_trials: int, study_name: str, seed: int = 0, sampler: SamplerName = "tpe",
          pruner: PrunerName = "none", storage: str | Path | None = None, workers: int = 1,
+         switch_sampler: bool = False,
+         on_start: Callable[[int, int], None] | None = None,
          progress: Callable[[int, int], None] | None = None,
          on_trial: Callable[[TrialRecord], None] | None = None) -> TuneResult:
     """Search the weights of `space` to maximise `objectives` on `train`.
@@ -251,13 +342,18 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     ----------
     train : the scorer of the tuning window (a logged-frequency table: a closed-loop table
         is bound to its weights and is refused).
-    base : the arm trial 0 scores; unsearched weights, intent and roles come from it.
+    base : the arm trial 0 scores; unsearched weights, intent and roles come from it
+        (the space's fixed weights are set to 0 in it).
     objectives : one (maximised) or several (Pareto front); each metric must be one the
         scorer computes.
-    n_trials : the number of finished trials (complete, pruned or failed) the study holds
-        when this returns; a resumed study runs only the missing ones.
+    n_trials : the target total: the number of finished trials (complete, pruned or
+        failed) the study holds when this returns. A resumed study runs only the missing
+        ones, none when it already holds `n_trials` or more (`trials_message`).
     seed : seeds the sampler (with the study's trial count and the worker index).
-    sampler : "tpe", "cmaes" (one objective; needs `pip install cmaes`) or "random".
+    sampler : "tpe", "cmaes" (one objective; needs `pip install cmaes`) or "random". The
+        sampler and `seed` are stored in the study when it is created; resuming it with
+        another one raises ValueError unless `switch_sampler` (the switch is then stored
+        and noted). Each trial records the sampler it ran under (the `sampler` column).
     pruner : "none" or "wilcoxon" (one objective; module docstring).
     storage : None (journal file `DEFAULT_STUDY_DIR/<study_name>.journal`), a journal file
         path, ":memory:" (a throwaway study: nothing to resume, one worker), or an RDB URL
@@ -267,6 +363,7 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     workers : processes sharing the study (spawned); results are then not deterministic.
         Independent `tune` calls on one study also work, once the study exists (two
         calls creating it at the same moment could both enqueue the baseline).
+    on_start : called once the study is open, with (finished trials it holds, n_trials).
     progress : called with (finished trials, n_trials) after each trial.
     on_trial : called with each newly finished trial's record.
     """
@@ -274,9 +371,10 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     if str(storage) == MEMORY and workers != 1:
         raise ValueError("tune: an in-memory study (storage=':memory:') cannot be shared by "
                          f"{workers} worker processes; use a journal file or an RDB URL")
+    base = _with_fixed(base, space)
     _check_arguments(base, space, objectives, n_trials=n_trials, study_name=study_name,
                      seed=seed, sampler=sampler, pruner=pruner, workers=workers)
-    objective = _prepare(train, base, space, objectives, pruner=pruner)
+    objective = _prepare(train, base, space, objectives, pruner=pruner, sampler=sampler)
     spec = _storage_spec(storage, study_name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress comes from callbacks
@@ -285,12 +383,18 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
             study_name=study_name, storage=_open_storage(spec), load_if_exists=True,
             directions=["maximize"] * len(objectives))
         _check_settings(study, _settings(train, base, space, objectives, pruner), spec)
+        notes = _check_sampler(study, {"name": sampler, "seed": seed}, spec,
+                               switch=switch_sampler)
+        if space.fixed:
+            study.set_user_attr(FIXED_ATTR, space.note())
         generation = len(study.get_trials(deepcopy=False))
         if not any(t.user_attrs.get(BASELINE_ATTR) for t in study.get_trials(deepcopy=False)):
             study.enqueue_trial({name: base.weights[WEIGHTS.index(name)]
                                  for name in space.ranges}, user_attrs={BASELINE_ATTR: True})
         finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
         missing = n_trials - finished
+        if on_start is not None:
+            on_start(finished, n_trials)
         reporter = _Reporter(base, n_trials, progress, on_trial)
         reporter.skip(study)
         shares = [missing // workers + (k < missing % workers) for k in range(workers)]
@@ -301,55 +405,73 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
             _optimize(*plans[0], study=study, callback=reporter)
         elif plans:
             _run_workers(plans, study, reporter)
-        return _result(study, spec, base, objectives)
+        result = _result(study, spec, base, objectives)
+        return replace(result, notes=tuple(filter(None, [space.note(), *notes]))
+                       + result.notes, held=finished, added=result.trials.height - finished)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
 
-def best_config_snippet(config: EngineConfig, arm: Arm) -> dict[str, Any]:
-    """The ContextKit config fragment (for `Memory.from_config`) that runs `arm`: the six
-    weights under `context_graph.retrieval`, and the MSPR switches of `config` (the
-    configuration the table was replayed with) with intent routing and the role policy
-    as the arm scores them."""
+def tuned_config(config: EngineConfig, arm: Arm) -> EngineConfig:
+    """`config` (the configuration the table was replayed with) ranking as `arm`: its six
+    weights, intent routing and the role policy as the arm scores them, and the MSPR master
+    switch on when either is."""
     mspr = config.mspr
-    return {
-        "context_graph": {"enabled": config.context_graph_enabled,
-                          "retrieval": dict(zip(WEIGHTS, map(float, arm.weights), strict=True))},
-        "mspr": {"enabled": mspr.enabled or arm.intent or arm.roles,
-                 "intent": {"enabled": arm.intent, "strategy": mspr.intent.strategy},
-                 "role": {"enabled": arm.roles, "hard_filter": mspr.role.hard_filter},
-                 "feedback": {"enabled": mspr.feedback.enabled},
-                 "frequency": {"enabled": mspr.frequency.enabled},
-                 "success": {"enabled": mspr.success.enabled,
-                             "min_sample_size": mspr.success.min_sample_size}},
-    }
+    return replace(
+        config, retrieval=replace(config.retrieval, **dict(zip(WEIGHTS, map(float, arm.weights),
+                                                               strict=True))),
+        mspr=replace(mspr, enabled=mspr.enabled or arm.intent or arm.roles,
+                     intent=replace(mspr.intent, enabled=arm.intent),
+                     role=replace(mspr.role, enabled=arm.roles)))
 
 
-def signal_gates(config: EngineConfig) -> dict[str, str | None]:
-    """Per new weight, why its term reads nothing under `config` (None: it can act).
+def best_config_snippet(config: EngineConfig, arm: Arm) -> dict[str, Any]:
+    """The ContextKit config fragment (for `Memory.from_config`) that ranks as `arm` on the
+    experiment of `config`: `tuned_config(config, arm)` in the library's nested keys.
 
-    δ reads the feedback store and ζ the success store, which exist only with MSPR and
-    their block on (MSPR.md sections 13.4, 14, 17); ε reads access counts, which a replay
-    gets only when the configuration records accesses (MSPR and its frequency block on,
-    section 15; `replay` applies the log's accesses only then)."""
-    m = config.mspr
-    off = None if m.enabled else "mspr.enabled off"
-    return {
-        "delta_personal": off or (None if m.feedback.enabled else "mspr.feedback off"),
-        "epsilon_frequency": off or (None if m.frequency.enabled else "mspr.frequency off"),
-        "zeta_success": off or (None if m.success.enabled else "mspr.success off"),
-    }
+    It always holds the six weights, `context_graph.enabled` (off by default in the library)
+    and every `enabled` switch of `mspr`, and besides them every ranking setting that
+    differs from the library's default (seeds, expansion, algorithm, decay, edge synthesis,
+    feedback, intent, role and success settings), so `config_from_dict(snippet)` gives
+    `tuned_config(config, arm)` back but for `corrections`. Those are msprlab's own switches,
+    which the library does not have: they are left out, and `snippet_notes` says which ones
+    the snippet therefore cannot reproduce."""
+    tuned = tuned_config(config, arm)
+    default = EngineConfig()
+    graph = {"enabled": tuned.context_graph_enabled,
+             **{block: _differing(getattr(tuned, block), getattr(default, block),
+                                  keep=WEIGHTS if block == "retrieval" else ())
+                for block in ("retrieval", "decay", "edges")}}
+    return {"context_graph": {k: v for k, v in graph.items() if v != {}},
+            "mspr": _differing(tuned.mspr, default.mspr, keep=("enabled",))}
 
 
-def gated_ranges(config: EngineConfig, ranges: Mapping[str, tuple[float, float]],
-                 ) -> tuple[dict[str, tuple[float, float]], list[str]]:
-    """The search ranges less the weights whose signal is off (they stay at the base arm's
-    0), and a note naming each one left out."""
-    gates = signal_gates(config)
-    kept = {w: r for w, r in ranges.items() if gates.get(w) is None}
-    notes = [f"fixed at 0, not searched: {w} ({gates[w]})" for w in ranges
-             if gates.get(w) is not None]
-    return kept, notes
+def _differing(value: Any, default: Any, *, keep: Sequence[str] = ()) -> dict[str, Any]:
+    """A config dataclass as a nested dict of the fields that differ from `default`, and
+    those in `keep` (here and in every nested block) whatever their value."""
+    out: dict[str, Any] = {}
+    for f in fields(value):
+        mine, theirs = getattr(value, f.name), getattr(default, f.name)
+        if hasattr(mine, "__dataclass_fields__"):
+            out[f.name] = _differing(mine, theirs, keep=keep)
+        elif f.name in keep or mine != theirs:
+            out[f.name] = float(mine) if f.name in WEIGHTS else mine
+    return out
+
+
+# What each msprlab correction changes, as MSPR.md section 18 numbers the library's quirks.
+_CORRECTED_QUIRK = {"personal_boost_user_scoped": "quirk 1", "strict_role_isolation":
+                    "quirks 12 and 13", "apply_edge_type_priors": "quirk 9",
+                    "idempotent_backfill": "quirk 7", "ppr_undirected": "quirk 27"}
+
+
+def snippet_notes(config: EngineConfig) -> tuple[str, ...]:
+    """What `best_config_snippet` cannot carry: each msprlab correction on in `config`."""
+    return tuple(
+        f"msprlab.corrections.{f.name} is on in this experiment, and the library has no such "
+        f"setting (MSPR.md 18, {_CORRECTED_QUIRK[f.name]}): best_weights.contextkit.json "
+        "leaves it out, so the library ranks with that quirk, not as the tuned engine did"
+        for f in fields(config.corrections) if getattr(config.corrections, f.name))
 
 
 # -- preparation -------------------------------------------------------------------------
@@ -403,8 +525,17 @@ def _check_arguments(base: Arm, space: SearchSpace, objectives: tuple[Objective,
                              "widen the range to include it")
 
 
+def _with_fixed(base: Arm, space: SearchSpace) -> Arm:
+    """`base` with the space's fixed weights at 0."""
+    if not space.fixed:
+        return base
+    return replace(base, weights=tuple(0.0 if name in space.fixed else value
+                                       for name, value in zip(WEIGHTS, base.weights,
+                                                              strict=True)))
+
+
 def _prepare(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Objective, ...],
-             *, pruner: str) -> _Objective:
+             *, pruner: str, sampler: SamplerName = "tpe") -> _Objective:
     """Which searches each objective averages over (fixed: NaN marks a search without a
     relevant memory, whatever the weights) and, for the pruner, the step blocks."""
     computed = [m.name for m in train.metrics]
@@ -432,7 +563,7 @@ def _prepare(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Obj
         order = np.random.default_rng(_STEP_ORDER_SEED).permutation(covered[0])
         steps = tuple(np.array_split(order, min(WILCOXON_STEPS, order.size)))
     return _Objective(train, base, space, tuple(o.metric for o in objectives), tuple(covered),
-                      steps)
+                      steps, sampler)
 
 
 def _settings(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Objective, ...],
@@ -440,7 +571,7 @@ def _settings(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Ob
     """What a study is about: a resumed study must agree on all of it (the pruner too: a
     Wilcoxon trial pairs its steps with the best trial's)."""
     return {"objectives": [o.label() for o in objectives], "space": space.as_dict(),
-            "pruner": pruner,
+            "fixed": dict(space.fixed), "pruner": pruner,
             "base": [float(w) for w in base.weights], "intent": base.intent,
             "roles": base.roles, "data": train.table.meta["dataset"]["digest"],
             "train_searches": train.n_searches}
@@ -451,12 +582,53 @@ def _check_settings(study: optuna.Study, settings: dict[str, Any], spec: str) ->
     if stored is None:
         study.set_user_attr(SETTINGS_ATTR, settings)
         return
-    if differ := [k for k in settings if stored.get(k) != settings[k]]:
-        detail = "; ".join(f"{k}: study has {stored.get(k)!r}, now {settings[k]!r}"
+    stored = {**_LATER_SETTINGS, **stored}
+    keys = [*settings, *(k for k in stored if k not in settings)]
+    if differ := [k for k in keys if stored.get(k) != settings.get(k)]:
+        detail = "; ".join(f"{k}: study has {stored.get(k)!r}, now {settings.get(k)!r}"
                            for k in differ)
         raise ValueError(f"tune: study {study.study_name!r} in {spec} was created for other "
                          f"settings ({detail}); resume it with the same ones or pick another "
                          "study_name")
+
+
+def _check_sampler(study: optuna.Study, sampler: dict[str, Any], spec: str, *,
+                   switch: bool) -> list[str]:
+    """Store the sampler ({"name", "seed"}) in a new study; refuse another one on resume
+    unless `switch`, which stores the switch. Returns the notes to report."""
+    def shown(s: Mapping[str, Any]) -> str:
+        return f"{s.get('name')} (seed {s.get('seed')})"
+
+    stored = study.user_attrs.get(SAMPLER_ATTR)
+    finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
+    if stored == sampler:
+        return []
+    if stored is None:
+        study.set_user_attr(SAMPLER_ATTR, sampler)
+        if finished:
+            return [f"the study's first {finished} trials recorded no sampler (a study from "
+                    f"before samplers were stored); it runs with {shown(sampler)} from now on"]
+        return []
+    if not switch:
+        raise ValueError(
+            f"tune: study {study.study_name!r} in {spec} runs with sampler {shown(stored)}, "
+            f"not {shown(sampler)}; resume it with the same sampler (msprlab tune --sampler "
+            f"{stored.get('name')}), or switch it knowingly with switch_sampler=True "
+            "(msprlab tune --switch-sampler): each trial records the sampler it ran under")
+    switches = [*study.user_attrs.get(SWITCHES_ATTR, []),
+                {"from": stored, "to": sampler, "after_trials": finished}]
+    study.set_user_attr(SWITCHES_ATTR, switches)
+    study.set_user_attr(SAMPLER_ATTR, sampler)
+    return [f"sampler switched from {shown(stored)} to {shown(sampler)} after {finished} "
+            "finished trials (the trials' sampler column says which ran each)"]
+
+
+def trials_message(held: int, target: int) -> str:
+    """What `tune(n_trials=target)` does to a study holding `held` finished trials."""
+    if held >= target:
+        return (f"0 new trials: the study already holds {held} (of {target} requested); "
+                f"--trials {held + 100} adds 100")
+    return f"adding {target - held} trials to the study's {held} (target {target})"
 
 
 MEMORY = ":memory:"
@@ -693,19 +865,21 @@ def _record(trial: FrozenTrial, base: Arm) -> TrialRecord:
         values=tuple(float(v) for v in trial.values) if complete and trial.values else None,
         weights=_weights(trial, base),
         seconds=trial.duration.total_seconds() if trial.duration is not None else None,
-        baseline=bool(trial.user_attrs.get(BASELINE_ATTR, False)))
+        baseline=bool(trial.user_attrs.get(BASELINE_ATTR, False)),
+        sampler=trial.user_attrs.get(SAMPLER_ATTR))
 
 
 def _frame(records: list[TrialRecord], objectives: tuple[Objective, ...]) -> pl.DataFrame:
     labels = [o.label() for o in objectives]
     columns: dict[str, Any] = {
         "number": [r.number for r in records], "state": [r.state for r in records],
-        "baseline": [r.baseline for r in records],
+        "baseline": [r.baseline for r in records], "sampler": [r.sampler for r in records],
         **{label: [None if r.values is None else r.values[i] for r in records]
            for i, label in enumerate(labels)},
         **{name: [r.weights[i] for r in records] for i, name in enumerate(WEIGHTS)},
         "seconds": [r.seconds for r in records]}
     schema = {"number": pl.Int64, "state": pl.String, "baseline": pl.Boolean,
+              "sampler": pl.String,
               **dict.fromkeys(labels, pl.Float64), **dict.fromkeys(WEIGHTS, pl.Float64),
               "seconds": pl.Float64}
     return pl.DataFrame(columns, schema=schema)

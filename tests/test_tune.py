@@ -34,12 +34,19 @@ from msprlab.experiments.metrics import parse_metric
 from msprlab.experiments.replay import replay
 from msprlab.experiments.replay_cli import all_signals_config
 from msprlab.experiments.tune import (
+    FIXED_ATTR,
     MIN_IMPORTANCE_TRIALS,
+    SAMPLER_ATTR,
+    SETTINGS_ATTR,
+    SWITCHES_ATTR,
     Objective,
     ProcessSafeJournal,
     SearchSpace,
     TrialRecord,
     best_config_snippet,
+    fixed_weights,
+    search_space,
+    trials_message,
     tune,
 )
 
@@ -283,6 +290,13 @@ def test_importance_needs_enough_trials(journal_dir: Path, monkeypatch) -> None:
                                                         r"for zeta_success, but got \(0.5, 0.5\)"),
     (lambda: SearchSpace({"zeta_success": (0.0, 2.0)}), r"but got \(0.0, 2.0\)"),
     (lambda: SearchSpace({"zeta_success": 1.0}), r"a \(low, high\) pair of numbers, got 1.0"),
+    (lambda: SearchSpace({"alpha_dense": (0, 1), "zeta_success": (0, 1)},
+                         fixed={"zeta_success": "mspr.success off"}),
+     "zeta_success both searched and fixed at 0"),
+    (lambda: SearchSpace({"alpha_dense": (0, 1)}, fixed={"zeta": "off"}),
+     r"unknown fixed weights \['zeta'\]"),
+    (lambda: search_space({"zeta_success": (0, 1)}, config_from_dict({})),
+     r"every weight in the search space is fixed at 0 \(zeta_success \(mspr off\)\)"),
     (lambda: Objective("ndcg@ten"), "metric"),
     (lambda: Objective("ndcg@10", intent="factual"), "intent must be one of FACTUAL"),
 ])
@@ -347,23 +361,262 @@ def all_signals_config_dict() -> dict:
     return ALL_SIGNALS
 
 
-def test_weights_whose_signal_is_off_are_not_searched() -> None:
-    from dataclasses import replace as _replace
+# -- weights whose signal is off -----------------------------------------------------------
 
-    from msprlab.engine import config_from_dict
-    from msprlab.experiments.tune import gated_ranges
-    on = config_from_dict({"mspr": {"enabled": True, "feedback": {"enabled": True},
-                                    "success": {"enabled": True},
-                                    "frequency": {"enabled": True}}})
-    full = dict.fromkeys(WEIGHTS, (0.0, 1.0))
-    kept, notes = gated_ranges(on, full)
-    assert list(kept) == list(WEIGHTS) and notes == []
-    no_success = _replace(on, mspr=_replace(on.mspr, success=_replace(on.mspr.success,
-                                                                      enabled=False)))
-    kept, notes = gated_ranges(no_success, full)
-    assert "zeta_success" not in kept and len(kept) == 5
-    assert notes == ["fixed at 0, not searched: zeta_success (mspr.success off)"]
-    off = _replace(on, mspr=_replace(on.mspr, enabled=False))
-    kept, notes = gated_ranges(off, full)
-    assert set(kept) == {"alpha_dense", "beta_bm25", "gamma_graph"}
-    assert all("mspr.enabled off" in n for n in notes) and len(notes) == 3
+def _signals(**switches: bool) -> dict:
+    """The all-signals config dict with some MSPR blocks (or MSPR itself) switched."""
+    raw = all_signals_config_dict()
+    mspr = {**raw["mspr"], "enabled": switches.pop("mspr", True)}
+    for block, on in switches.items():
+        mspr[block] = {**mspr[block], "enabled": on}
+    return {**raw, "mspr": mspr}
+
+
+@pytest.mark.parametrize(("switches", "fixed"), [
+    ({}, {}),
+    ({"feedback": False}, {"delta_personal": "mspr.feedback off"}),
+    ({"frequency": False, "success": False},
+     {"epsilon_frequency": "mspr.frequency off", "zeta_success": "mspr.success off"}),
+    # the master switch: no providers and no access counting, whatever the blocks say
+    ({"mspr": False}, dict.fromkeys(NEW, "mspr off")),
+])
+def test_fixed_weights_follow_the_switches_each_term_needs(switches, fixed) -> None:
+    found = fixed_weights(config_from_dict(_signals(**switches)))
+    assert found == fixed and list(found) == [w for w in WEIGHTS if w in fixed]
+
+
+def test_weights_whose_signal_is_off_are_never_searched(journal_dir: Path) -> None:
+    config = config_from_dict(_signals(frequency=False, success=False))
+    space = search_space(dict.fromkeys(WEIGHTS, (0.0, 1.0)), config)
+    assert list(space.ranges) == ["alpha_dense", "beta_bm25", "gamma_graph", "delta_personal"]
+    # a base arm with a value there is zeroed too: the term does not exist in the library
+    start = Arm("base", (0.55, 0.15, 0.3, 0.2, 0.0, 0.4), intent=True)
+    result = tune(scorer(), start, space, [Objective("ndcg@10")], n_trials=10,
+                  study_name="gated", storage=journal_dir / "gated.journal", sampler="random")
+    note = "fixed at 0: epsilon_frequency (mspr.frequency off), zeta_success (mspr.success off)"
+    assert result.notes[0] == note
+    assert result.study.user_attrs[FIXED_ATTR] == note
+    assert result.study.user_attrs[SETTINGS_ATTR]["fixed"] == {
+        "epsilon_frequency": "mspr.frequency off", "zeta_success": "mspr.success off"}
+    for trial in result.study.trials:
+        assert set(trial.params) == set(space.ranges)
+    assert (result.trials.select("epsilon_frequency", "zeta_success") == 0.0).to_numpy().all()
+    assert result.trials["delta_personal"].n_unique() > 1  # the others are searched
+    snippet = best_config_snippet(config, result.best[0])["context_graph"]["retrieval"]
+    assert snippet["zeta_success"] == 0.0 and snippet["epsilon_frequency"] == 0.0
+    # resuming the same study with the weights searched again is another study
+    with pytest.raises(ValueError, match=r"created for other settings \(space: .*fixed: "):
+        tune(scorer(), start, SearchSpace.unit(WEIGHTS), [Objective("ndcg@10")],
+             n_trials=12, study_name="gated", storage=journal_dir / "gated.journal",
+             sampler="random")
+
+
+# -- --trials: a target total ---------------------------------------------------------------
+
+def test_trials_message() -> None:
+    assert trials_message(300, 300) == ("0 new trials: the study already holds 300 (of 300 "
+                                        "requested); --trials 400 adds 100")
+    assert trials_message(320, 300).startswith("0 new trials: the study already holds 320 "
+                                               "(of 300 requested)")
+    assert trials_message(180, 300) == "adding 120 trials to the study's 180 (target 300)"
+    assert trials_message(0, 8) == "adding 8 trials to the study's 0 (target 8)"
+
+
+def test_n_trials_is_the_studys_target_total(journal_dir: Path) -> None:
+    starts: list[tuple[int, int]] = []
+    first = run(journal_dir, n_trials=5, sampler="random", on_start=lambda *a: starts.append(a))
+    assert (first.held, first.added) == (0, 5)
+    again = run(journal_dir, n_trials=5, sampler="random", on_start=lambda *a: starts.append(a))
+    assert (again.held, again.added, again.trials.height) == (5, 0, 5)
+    more = run(journal_dir, n_trials=8, sampler="random", on_start=lambda *a: starts.append(a))
+    assert (more.held, more.added, more.trials.height) == (5, 3, 8)
+    assert starts == [(0, 5), (5, 5), (5, 8)]
+
+
+# -- the sampler is part of the study ---------------------------------------------------------
+
+def test_resuming_with_another_sampler_needs_the_switch(journal_dir: Path) -> None:
+    first = run(journal_dir, n_trials=4, sampler="tpe", seed=2)
+    assert first.study.user_attrs[SAMPLER_ATTR] == {"name": "tpe", "seed": 2}
+    with pytest.raises(ValueError, match=r"runs with sampler tpe \(seed 2\), not random "
+                                         r"\(seed 2\); .*--sampler tpe.*--switch-sampler"):
+        run(journal_dir, n_trials=6, sampler="random", seed=2)
+    with pytest.raises(ValueError, match=r"not tpe \(seed 3\)"):  # the seed is part of it
+        run(journal_dir, n_trials=6, sampler="tpe", seed=3)
+    switched = run(journal_dir, n_trials=7, sampler="random", seed=2, switch_sampler=True)
+    assert switched.trials["sampler"].to_list() == ["tpe"] * 4 + ["random"] * 3
+    assert [t.user_attrs[SAMPLER_ATTR] for t in switched.study.trials] == \
+        ["tpe"] * 4 + ["random"] * 3
+    assert switched.study.user_attrs[SWITCHES_ATTR] == [
+        {"from": {"name": "tpe", "seed": 2}, "to": {"name": "random", "seed": 2},
+         "after_trials": 4}]
+    assert any("sampler switched from tpe (seed 2) to random (seed 2) after 4" in note
+               for note in switched.notes)
+    # the study now runs with random: resuming with it needs no switch, with tpe it does
+    assert run(journal_dir, n_trials=8, sampler="random", seed=2).trials["sampler"][-1] == \
+        "random"
+    with pytest.raises(ValueError, match="runs with sampler random"):
+        run(journal_dir, n_trials=9, sampler="tpe", seed=2)
+
+
+def test_a_study_from_before_samplers_were_stored_resumes(journal_dir: Path) -> None:
+    first = run(journal_dir, n_trials=3, sampler="random")
+    storage = first.study._storage
+    study = optuna.load_study(study_name="study", storage=storage)
+    study.set_user_attr(SAMPLER_ATTR, None)  # as an older study: nothing recorded
+    resumed = run(journal_dir, n_trials=4, sampler="tpe")
+    assert resumed.study.user_attrs[SAMPLER_ATTR] == {"name": "tpe", "seed": 0}
+    assert any("first 3 trials recorded no sampler" in note for note in resumed.notes)
+
+
+# -- the library snippet ---------------------------------------------------------------------
+
+def _experiment_dict() -> dict:
+    """A library config with many non-default ranking settings, and two corrections on."""
+    return {
+        "context_graph": {
+            "enabled": True,
+            "retrieval": {"seed_top_k": 4, "expansion_depth": 3, "max_candidates": 30,
+                          "edge_weight_floor": 0.2, "algorithm": "ppr", "ppr_damping": 0.7,
+                          "ppr_max_iter": 120, "ppr_tolerance": 1e-8, "alpha_dense": 0.4},
+            "decay": {"enabled": False, "half_life_days": 7.5, "min_edge_weight": 0.01,
+                      "min_node_relevance": 0.05, "tick_on_read": False},
+            "edges": {"enable_temporal_next": False, "topic_top_k": 3,
+                      "topic_min_similarity": 0.6, "reply_to_window_seconds": 600}},
+        "mspr": {"enabled": True,
+                 "intent": {"enabled": True, "cache_size": 0, "enable_regex_fastpath": False},
+                 "feedback": {"enabled": True, "boost_delta": 0.2, "penalty_delta": 0.05,
+                              "max_boost_per_memory": 0.0, "pin_floor_on_boost": False},
+                 "frequency": {"enabled": True},
+                 "role": {"enabled": True, "hard_filter": False},
+                 "success": {"enabled": True, "min_sample_size": 5}},
+        "msprlab": {"corrections": {"ppr_undirected": True, "strict_role_isolation": True}},
+    }
+
+
+def test_snippet_carries_every_non_default_ranking_setting() -> None:
+    from dataclasses import fields, replace
+
+    from msprlab.engine.config import Corrections, EngineConfig
+    from msprlab.experiments.tune import snippet_notes, tuned_config
+    config = config_from_dict(_experiment_dict())
+    arm = Arm("tuned", (0.5, 0.125, 0.3, 0.7, 0.25, 1.0), intent=False, roles=True)
+    snippet = best_config_snippet(config, arm)
+    assert "msprlab" not in snippet  # msprlab's corrections are not library settings
+    back = config_from_dict(snippet)
+    assert back == replace(tuned_config(config, arm), corrections=Corrections())
+    # what the arm changes, and nothing else
+    assert weights_of(back) == arm.weights and arm_of("tuned", back) == arm
+    assert replace(back, retrieval=config.retrieval, mspr=replace(
+        back.mspr, intent=config.mspr.intent)) == replace(config, corrections=Corrections())
+    # only the switches and the weights are written at their default values
+    retrieval = snippet["context_graph"]["retrieval"]
+    assert retrieval["ppr_damping"] == 0.7 and "enabled" not in retrieval
+    assert snippet["mspr"]["frequency"] == {"enabled": True}
+    assert snippet["mspr"]["intent"] == {"enabled": False, "cache_size": 0,
+                                         "enable_regex_fastpath": False}
+    assert "strategy" not in snippet["mspr"]["intent"]
+    # the library defaults: only the switches and the weights
+    plain = best_config_snippet(EngineConfig(), Arm("a", (0.55, 0.15, 0.3, 0, 0, 0)))
+    assert plain == {"context_graph": {"enabled": True, "retrieval": dict(zip(
+        WEIGHTS, (0.55, 0.15, 0.3, 0.0, 0.0, 0.0), strict=True))},
+        "mspr": {"enabled": False, **{block: {"enabled": False} for block in (
+            "intent", "feedback", "frequency", "role", "success")}}}
+    notes = snippet_notes(config)
+    assert len(notes) == 2 and "corrections.strict_role_isolation is on" in notes[0]
+    assert "corrections.ppr_undirected is on" in notes[1] and "quirk 27" in notes[1]
+    every = replace(config, corrections=Corrections(**{
+        f.name: True for f in fields(Corrections)}))
+    assert len(snippet_notes(every)) == len(fields(Corrections))  # each one named
+    assert snippet_notes(config_from_dict({})) == ()
+
+
+# -- msprlab tune ----------------------------------------------------------------------------
+
+TUNE_DEFINITION = """
+name = "gated"
+seed = 3
+
+[dataset]
+source = "synthetic"
+store = "runs/gated.duckdb"
+searches = 240
+users = 3
+memories_per_user = 20
+queries_per_user = 4
+
+[split]
+test_fraction = 0.4
+
+[engine.context_graph]
+enabled = true
+
+[engine.mspr]
+enabled = true
+feedback = { enabled = true }
+success = { enabled = false }
+frequency = { enabled = false }
+
+[metrics]
+names = ["ndcg@10", "mrr"]
+min_support = 5
+bootstrap = 200
+
+[tune]
+trials = 6
+sampler = "random"
+"""
+
+
+def test_the_tune_command(tmp_path: Path, capsys) -> None:
+    import json
+
+    from msprlab.experiments.cli import main
+    definition = tmp_path / "gated.toml"
+    definition.write_text(TUNE_DEFINITION)
+
+    def tune_cli(*flags: str) -> tuple[int, str]:
+        code = main(["tune", str(definition), "--root", str(tmp_path), "--no-track", *flags])
+        return code, " ".join(capsys.readouterr().out.split())  # unwrapped
+
+    code, out = tune_cli()
+    assert code == 0, out
+    assert "adding 6 trials to the study's 0 (target 6)" in out
+    assert "note: fixed at 0: epsilon_frequency (mspr.frequency off), zeta_success " \
+           "(mspr.success off)" in out
+    bundle = max((tmp_path / "results").iterdir())
+    snippet = json.loads((bundle / "best_weights.contextkit.json").read_text())
+    assert snippet["context_graph"]["retrieval"]["zeta_success"] == 0.0
+    assert snippet["context_graph"]["retrieval"]["epsilon_frequency"] == 0.0
+    summary = json.loads((bundle / "study" / "summary.json").read_text())
+    assert summary["fixed"] == {"epsilon_frequency": "mspr.frequency off",
+                                "zeta_success": "mspr.success off"}
+    assert (summary["sampler"], summary["trials_added"]) == ("random", 6)
+    trials = pl.read_parquet(bundle / "study" / "trials.parquet")
+    assert set(trials["sampler"]) == {"random"}
+
+    code, out = tune_cli()
+    assert code == 0, out
+    assert "0 new trials: the study already holds 6 (of 6 requested); --trials 106 adds " \
+           "100" in out and "weight search: 0 new trials" in out
+
+    code, out = tune_cli("--sampler", "tpe", "--trials", "8")
+    assert code == 2
+    assert "runs with sampler random (seed 3), not tpe (seed 3)" in out
+    assert "--switch-sampler" in out
+
+    code, out = tune_cli("--sampler", "tpe", "--trials", "8", "--switch-sampler")
+    assert code == 0, out
+    assert "adding 2 trials to the study's 6 (target 8)" in out
+    assert "sampler switched from random (seed 3) to tpe (seed 3) after 6" in out
+    trials = pl.read_parquet(max((tmp_path / "results").iterdir()) / "study" / "trials.parquet")
+    assert trials["sampler"].to_list() == ["random"] * 6 + ["tpe"] * 2
+
+
+def test_tune_help_says_trials_is_a_target_total(capsys) -> None:
+    from msprlab.experiments.cli import main
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the study's target total of finished trials, not a number to add" in text
+    assert "--switch-sampler" in text
