@@ -21,9 +21,12 @@ The timeline (EVALUATION.md, "Replaying logged feedback credibly"):
 - Every logged search runs through the engine (its decay tick changes relevance); each one
   with a `query_id` becomes one evaluated search, with one row per candidate.
 
-Seeds are the logging run's: the cosine between the stored query vector
-(`query_embeddings`; projected from the query text when the store has none, and the table
-says so) and the query owner's memories that exist at that time, top 10.
+Seeds are the vector store's hits, as in the logging run: the cosine between the stored
+query vector (`query_embeddings`; projected from the query text when the store has none,
+and the table says so) and the query owner's memories that exist at that time, best first,
+as many as can reach the candidates (`engine.search.vector_hits`: the store is asked for the
+search's limit, the retriever keeps the first `seed_top_k`, after the hard role filter when
+it runs; so min(limit, seed_top_k) without it).
 
 A candidate row holds every weight-independent input of the final score: dense, lexical,
 graph, frequency, personal, success (computed with every gate open), relevance, the soft
@@ -52,7 +55,6 @@ import polars as pl
 from msprlab.datasets.dense_index import DenseIndex
 from msprlab.datasets.schema import Dataset
 from msprlab.datasets.timeline import (
-    DEFAULT_SEEDS,
     SeedPlan,
     Timeline,
     corpus_of,
@@ -90,6 +92,7 @@ from msprlab.engine.search import (
     featurize_search,
     search,
     seed_payload,
+    vector_hits,
 )
 
 __all__ = ["FEEDBACK_POLICY", "FREQUENCY_MODES", "CandidateTable", "FrequencyMode",
@@ -361,10 +364,13 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     values = {c: steps[c].to_list() for c in columns}
     plan = None  # the exact seeds of every evaluated search, computed up front
     if seed_index is None:
-        plan = SeedPlan(corpus, timeline, [
-            (ts, query_row[q]) for kind, ts, q in zip(
-                values["kind"], values["ts"], values["query_id"], strict=True)
-            if kind == "search" and q in query_row], vectors)
+        evaluated = [(ts, query_row[q], vector_hits(state, logged if limit is None else limit))
+                     for kind, ts, q, logged in zip(values["kind"], values["ts"],
+                                                    values["query_id"], values["limit"],
+                                                    strict=True)
+                     if kind == "search" and q in query_row]
+        plan = SeedPlan(corpus, timeline, [(ts, q) for ts, q, _ in evaluated], vectors,
+                        [count for _, _, count in evaluated])
     planned = 0
     # each query's vector with its norm, summed once rather than at each of its searches
     embeddings = list(map(Embedding, vectors, row_norms_sq(vectors)))
@@ -395,7 +401,8 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
             if q is not None and plan is not None:
                 seeds, planned = plan.seeds(planned), planned + 1
             elif q is not None and seed_index is not None:
-                seeds = index_seeds(seed_index, corpus, timeline, q, vectors[q])
+                seeds = index_seeds(seed_index, corpus, timeline, q, vectors[q], vector_hits(
+                    state, logged_limit if limit is None else limit))
             request = SearchRequest(
                 query=text, seeds=seeds, user_id=user, agent_id=agent, run_id=run_id,
                 filters=json.loads(filters) if filters and filters != "{}" else None,
@@ -491,8 +498,8 @@ def _allowed(memory_id: str, stored: Mapping[str, Any] | None, ctx: RoleContext)
 
 
 def index_seeds(index: DenseIndex, corpus: Any, timeline: Timeline, q: int,
-                vector: np.ndarray) -> list[Seed]:
-    """The top `DEFAULT_SEEDS` of the owner's memories that exist now, from the index.
+                vector: np.ndarray, count: int) -> list[Seed]:
+    """The top `count` of the owner's memories that exist now, from the index.
 
     The index holds every memory; it is asked for as many more as the scope has memories
     not (or no longer) in the vector store at this time, and those are dropped."""
@@ -503,8 +510,8 @@ def index_seeds(index: DenseIndex, corpus: Any, timeline: Timeline, q: int,
     owner = {k: v for k, v in zip(("user_id", "agent_id", "run_id"), corpus.owners[q],
                                   strict=True) if v is not None}
     live = {corpus.memory_ids[r] for r in rows[timeline.seedable[rows]]}
-    hits = index.search(vector, DEFAULT_SEEDS + pending, filters=owner)
-    return [Seed(m, s) for m, s in hits if m in live][:DEFAULT_SEEDS]
+    hits = index.search(vector, count + pending, filters=owner)
+    return [Seed(m, s) for m, s in hits if m in live][:count]
 
 
 def _search(run: Callable[..., Any], state: Any, request: SearchRequest,
