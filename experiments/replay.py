@@ -15,7 +15,9 @@ The timeline (EVALUATION.md, "Replaying logged feedback credibly"):
   reports how many evaluated rankings still match the logged ones (`match rate`).
 - Frequency has two modes. `logged`: access counts and recency come from the log's `access`
   events (the counts the logging ranker produced) and the replayed searches count nothing;
-  the table is weight-independent, so any weights can be scored from it. `closed_loop`: the
+  the table is weight-independent, so any weights can be scored from it. A configuration
+  that counts no accesses (`mspr.enabled` and `mspr.frequency.enabled` not both on) gets
+  none of the log's either, as the library would have none. `closed_loop`: the
   evaluated ranker's own results feed the counts, as the library does; the table holds the
   features that ranker saw and is bound to its weights.
 - Every logged search runs through the engine (its decay tick changes relevance); each one
@@ -110,15 +112,20 @@ def featurize_config(config: EngineConfig, frequency: FrequencyMode) -> EngineCo
     """The configuration a `logged` replay runs: every weight 1 (so every feature is
     computed), no access counting (the log's accesses are applied instead), intent routing
     on so each search gets its label (unless the edge-type-prior correction makes the
-    label change the candidates). A `closed_loop` replay runs `config` as given."""
+    label change the candidates), and a soft role policy on so each candidate gets its
+    multiplier (unless strict isolation makes the policy change the candidates): the
+    scorer applies the label's deltas and the multipliers or not, as `table_key` says. A
+    `closed_loop` replay runs `config` as given."""
     if frequency == "closed_loop":
         return config
     mspr = config.mspr
-    intent = mspr.intent
+    intent, role = mspr.intent, mspr.role
     if mspr.enabled and not config.corrections.apply_edge_type_priors:
         intent = replace(intent, enabled=True)
+    if mspr.enabled and not role.hard_filter and not config.corrections.strict_role_isolation:
+        role = replace(role, enabled=True)
     return replace(config, retrieval=replace(config.retrieval, **_GATE_OPEN),
-                   mspr=replace(mspr, intent=intent,
+                   mspr=replace(mspr, intent=intent, role=role,
                                 frequency=replace(mspr.frequency, enabled=False)))
 
 
@@ -130,14 +137,15 @@ def table_key(config: EngineConfig, frequency: FrequencyMode, *,
     without the multipliers). Without a policy installed the role switch does nothing."""
     if frequency == "closed_loop":
         return {"frequency": frequency, "config": as_dict(config)}
-    key = featurize_config(config, frequency)
+    key = featurize_config(config, frequency)  # counts nothing: whether the log's do is kept
+    logged_accesses = counts_access(config)
     mspr = key.mspr
     if not has_policy:  # the role switch and strict isolation have nothing to apply
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=False)),
                       corrections=replace(key.corrections, strict_role_isolation=False))
     elif not mspr.role.hard_filter and not config.corrections.strict_role_isolation:
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=True)))
-    return {"frequency": frequency, "config": as_dict(key)}
+    return {"frequency": frequency, "config": as_dict(key), "logged_accesses": logged_accesses}
 
 
 @dataclass(frozen=True)
@@ -347,8 +355,10 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     contexts: dict[tuple[Any, ...], RoleContext] = {}
     out = _Collector()
     # Memory events enter through the timeline; clicks, and in closed_loop the logged
-    # accesses, change nothing.
-    acting = ["feedback", "search"] + (["access"] if frequency == "logged" else [])
+    # accesses, change nothing; in logged mode the accesses count only for a configuration
+    # that counts accesses (without, the library has none).
+    acting = ["feedback", "search"] + (
+        ["access"] if frequency == "logged" and counts_access(config) else [])
     events = ds.events.filter(pl.col("kind").is_in(acting)).sort("ts", "seq").with_columns(
         pl.col("ts").cast(pl.Int64))
     # A run of accesses at one time is one step, its memory ids in order: a log has many
