@@ -24,6 +24,15 @@ MEMORIES = pl.Schema({
     "created_at": TS, "updated_at": TS, "deleted_at": TS,
 })
 
+# The vector-store payload a memory gets at replay (`timeline._payload`, as `Memory.add`
+# stores it): these fields come from the memory's columns, `metadata` adds the rest flat. A
+# metadata key among them would overwrite a column's value, so ingest refuses it.
+# `data` (the text), its `hash` and the two times; then the columns copied under their own
+# names when set.
+PAYLOAD_COLUMNS = ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id", "role",
+                   "allowed_roles")
+PAYLOAD_FIELDS = ("data", "hash", "created_at", "updated_at", *PAYLOAD_COLUMNS)
+
 EMBEDDINGS = pl.Schema({"memory_id": pl.String, "embedder": pl.String,
                         "vector": pl.List(pl.Float32)})
 

@@ -64,6 +64,7 @@ from msprlab.engine import (
     search,
 )
 from msprlab.engine.config import as_dict
+from msprlab.engine.search import vector_hits
 from msprlab.engine.state import EngineState
 
 from .clicks import ClickModel, VerdictModel
@@ -312,6 +313,7 @@ def _replay(ds: Dataset, corpus: Corpus, state: EngineState,
     counts_access = mspr.enabled and mspr.frequency.enabled
     embeddings = None if vectors is None else [tuple(v.tolist()) for v in vectors]
     log = _Log()
+    hits = vector_hits(state, limit)  # the store is asked for `limit`; seed_top_k are kept
     previous_end = -(1 << 62)
     for k, (q, earliest, variant) in enumerate(stream):
         at = max(earliest, previous_end + SESSION_GAP_US)
@@ -321,7 +323,7 @@ def _replay(ds: Dataset, corpus: Corpus, state: EngineState,
         user, agent, run = corpus.owners[q]
         if seeds_fn is None:
             assert vectors is not None
-            seeds = owner_cosine_seeds(corpus, timeline, q, vectors[q])
+            seeds = owner_cosine_seeds(corpus, timeline, q, vectors[q], hits)
         else:
             seeds = [Seed(m, float(s)) for m, s in seeds_fn(qid) if m in state.payloads]
         caller = corpus.callers[q]

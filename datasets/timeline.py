@@ -8,9 +8,10 @@ the logging configuration would not reproduce the logged rankings. Both use this
 - `Timeline`: memory additions, edges and deletions applied to an engine state in time
   order (additions, then edges, then deletions at equal times);
 - `owner_cosine_seeds`: the default dense seeds, the cosine between a query vector and
-  the unit embeddings of the query owner's memories that exist at that time, top
-  `DEFAULT_SEEDS`, ties in memory order; `SeedPlan`: the same seeds for a stream of
-  searches known in advance, computed up front;
+  the unit embeddings of the query owner's memories that exist at that time, the top
+  `count` (the hits that can reach the candidates: `engine.search.vector_hits`, from the
+  search's limit and the configured `seed_top_k`), ties in memory order; `SeedPlan`: the
+  same seeds for a stream of searches known in advance, computed up front;
 - `project_queries`: query vectors from the query text alone, when none were stored.
 """
 
@@ -30,19 +31,21 @@ import numpy.typing as npt
 import polars as pl
 from scipy import sparse
 
-from msprlab.engine import Seed, archive
+from msprlab.engine import RetrievalConfig, Seed, archive
 from msprlab.engine.graph import EdgeType, Embedding, MemoryEdge, MemoryNode, row_norms_sq
 from msprlab.engine.jit import exact_njit
 from msprlab.engine.ppr import stable_top_prefix
 from msprlab.engine.state import EngineState
 
-from .schema import Dataset
+from .schema import PAYLOAD_COLUMNS, PAYLOAD_FIELDS, Dataset
 
 __all__ = ["DEFAULT_SEEDS", "Corpus", "SeedPlan", "Timeline", "corpus_of", "owner_cosine_seeds",
            "project_queries", "row_tops", "single_embedder", "to_datetime", "to_us",
            "token_incidence", "unit_rows", "vector_matrix"]
 
-DEFAULT_SEEDS = 10
+# The library's default seed_top_k (and the simulated logs' search limit): the seed count
+# of a default configuration.
+DEFAULT_SEEDS = RetrievalConfig().seed_top_k
 _EPOCH = datetime(1970, 1, 1)
 
 
@@ -224,15 +227,19 @@ def _payload(row: dict[str, Any]) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "data": text, "hash": hashlib.md5(text.encode("utf-8")).hexdigest(),
         "created_at": created.isoformat(), "updated_at": updated.isoformat()}
-    for key in ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id", "role"):
-        if row[key] is not None:
-            payload[key] = row[key]
-    if row["allowed_roles"] is not None:
-        payload["allowed_roles"] = list(row["allowed_roles"])
+    for key in PAYLOAD_COLUMNS:
+        value = row[key]
+        if value is not None:
+            payload[key] = list(value) if key == "allowed_roles" else value
     if row["metadata"]:
         extra = json.loads(row["metadata"])
         if not isinstance(extra, dict):
             raise ValueError(f"memories: metadata of {row['memory_id']!r} is not a JSON object")
+        clash = [key for key in PAYLOAD_FIELDS if key in extra]
+        if clash:  # ingest refuses these; a store written before it did is refused here
+            raise ValueError(f"memories: metadata of {row['memory_id']!r} has the key "
+                             f"{clash[0]!r}, a payload field the memory's own columns set "
+                             f"(reserved: {', '.join(PAYLOAD_FIELDS)}); re-ingest the store")
         payload.update(extra)
     return payload
 
@@ -376,12 +383,13 @@ def _check_edges(edges: dict[str, list[Any]], src: list[int | None],
 
 
 def owner_cosine_seeds(corpus: Corpus, timeline: Timeline, query: int,
-                       vector: npt.NDArray[np.float64]) -> list[Seed]:
+                       vector: npt.NDArray[np.float64], count: int) -> list[Seed]:
+    """The top `count` of the query owner's live memories by cosine with `vector`."""
     rows, vectors = timeline.live_scope(query)
     if rows.size == 0:
         return []
     scores = vectors @ vector
-    top = row_tops(scores[np.newaxis], DEFAULT_SEEDS)[0]
+    top = row_tops(scores[np.newaxis], count)[0]
     ids = corpus.memory_ids
     return [Seed(ids[row], score)
             for row, score in zip(rows[top].tolist(), scores[top].tolist(), strict=True)]
@@ -389,8 +397,9 @@ def owner_cosine_seeds(corpus: Corpus, timeline: Timeline, query: int,
 
 class SeedPlan:
     """`owner_cosine_seeds` for a stream of searches known in advance (query rows at
-    non-decreasing times, from the timeline's current state): `seeds(k)` are the seeds of
-    the k-th search, as the timeline would give them at its time.
+    non-decreasing times, from the timeline's current state, and each one's seed count):
+    `seeds(k)` are the seeds of the k-th search, as the timeline would give them at its
+    time.
 
     They are computed up front, owner by owner: an owner's live vectors are gathered once
     per change of its live memories, and the searches in between are scored against them
@@ -401,8 +410,10 @@ class SeedPlan:
     """
 
     def __init__(self, corpus: Corpus, timeline: Timeline, searches: list[tuple[int, int]],
-                 vectors: npt.NDArray[np.float64]) -> None:
+                 vectors: npt.NDArray[np.float64], counts: list[int]) -> None:
         assert corpus.vectors is not None
+        if len(counts) != len(searches):
+            raise ValueError(f"SeedPlan: {len(searches)} searches but {len(counts)} counts")
         ids = np.array(corpus.memory_ids, dtype=object)
         # per search: the seeds' memory ids and scores
         self.top: list[tuple[list[str], list[float]]] = [([], [])] * len(searches)
@@ -419,11 +430,16 @@ class SeedPlan:
             scores = np.empty((queries.size, live.size))
             for i, query in enumerate(queries.tolist()):
                 np.matmul(matrix, vectors[query], out=scores[i])
-            tops = row_tops(scores, DEFAULT_SEEDS)
+            # The largest count of the group; a search asking fewer takes the head (the
+            # top k of a row are the head of its top k' for k < k', ties alike).
+            tops = row_tops(scores, max(counts[k] for k in members))
             top_scores = np.take_along_axis(scores, tops, axis=1)
             found = list(zip(ids[live[tops]].tolist(), top_scores.tolist(), strict=True))
             for k, i in zip(members, query_of.tolist(), strict=True):
-                self.top[k] = found[i]
+                found_ids, found_scores = found[i]
+                n = counts[k]
+                self.top[k] = ((found_ids, found_scores) if n >= len(found_ids)
+                               else (found_ids[:n], found_scores[:n]))
 
     def seeds(self, k: int) -> list[Seed]:
         ids, scores = self.top[k]

@@ -16,6 +16,8 @@ Row rules:
 - query_embeddings: a known query, a non-empty vector of finite numbers;
 - edges: known src and dst, `type` one of the engine's `EdgeType` names, weight in [0, 1];
 - memories and edges: updated_at >= created_at; a memory's deleted_at after created_at;
+- memories: no metadata key is a payload field (`schema.PAYLOAD_FIELDS`: the replay builds
+  those from the memory's columns, and a metadata key would overwrite them);
 - events: memory_* / feedback / access / click need memory_id; search needs query and limit >= 0;
   feedback needs helpful; every memory_id, query_id and shown id given must be known.
 
@@ -32,6 +34,8 @@ example a JSON path). Without provenance a row is named by its table and 0-based
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,7 +46,7 @@ import polars as pl
 
 from msprlab.engine.graph import EdgeType
 
-from .schema import TABLES, Dataset, require
+from .schema import PAYLOAD_FIELDS, TABLES, Dataset, require
 
 __all__ = ["LINE_SUFFIXES", "IngestError", "first_bad_row", "locate", "show", "validate"]
 
@@ -148,8 +152,37 @@ def _check(frame: pl.DataFrame, table: str, rules: Sequence[_Rule]) -> None:
 def _memories() -> tuple[list[_Rule], list[_Rule]]:
     rows = [_required("memory_id"),
             _not_before("updated_at", "created_at", strict=False),
-            _not_before("deleted_at", "created_at", strict=True)]
+            _not_before("deleted_at", "created_at", strict=True),
+            _Rule("metadata", pl.col("metadata").map_batches(_has_reserved_key,
+                                                             return_dtype=pl.Boolean),
+                  lambda f, i: f"key {_reserved_key(f['metadata'][i])!r} is a payload field "
+                               "the memory's own columns set, and would overwrite it at replay "
+                               f"(reserved: {', '.join(PAYLOAD_FIELDS)}); rename it")]
     return rows, [_unique(["memory_id"], "memories")]
+
+
+# A metadata text that may name a reserved key: the key quoted and followed by a colon, or
+# an escape (a key may be spelt with one). Only these are parsed.
+_MAYBE_RESERVED = r'"(?:' + "|".join(map(re.escape, PAYLOAD_FIELDS)) + r')"\s*:|\\'
+
+
+def _reserved_key(metadata: str | None) -> str | None:
+    """The first top-level key of a metadata JSON object that is a payload field."""
+    try:
+        parsed = json.loads(metadata) if metadata else None
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    return next((key for key in PAYLOAD_FIELDS if key in parsed), None)
+
+
+def _has_reserved_key(metadata: pl.Series) -> pl.Series:
+    maybe = metadata.str.contains(_MAYBE_RESERVED).fill_null(False)
+    bad = [False] * metadata.len()
+    for i in maybe.arg_true().to_list():
+        bad[i] = _reserved_key(metadata[i]) is not None
+    return pl.Series(bad, dtype=pl.Boolean)
 
 
 def _queries() -> tuple[list[_Rule], list[_Rule]]:

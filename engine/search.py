@@ -255,6 +255,19 @@ def _hard_role_filter(state: EngineState) -> bool:
             and state.policy is not None)
 
 
+def vector_hits(state: EngineState, limit: int) -> int:
+    """How many of a search's vector-store hits, best first, can reach its candidates
+    (MSPR.md sections 1 and 6). The store is asked for `limit` hits; the hard role filter,
+    when it runs, drops the denied ones; the retriever keeps the first `seed_top_k` (at
+    least 1) of the rest. So without the hard filter the first min(limit, seed_top_k) hits
+    decide, and with it all `limit` do. A `limit` below 1 is answered by each store in its
+    own way (Qdrant refuses it): it is taken as asking for `seed_top_k`."""
+    keep = max(1, state.config.retrieval.seed_top_k)
+    if limit < 1:
+        return keep
+    return limit if _hard_role_filter(state) else min(limit, keep)
+
+
 def counts_access(config: EngineConfig) -> bool:
     """Whether a search counts accesses on the results it returns (MSPR.md section 15)."""
     return config.mspr.enabled and config.mspr.frequency.enabled

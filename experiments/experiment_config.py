@@ -22,7 +22,7 @@ from typing import Any
 
 from msprlab.engine import EngineConfig, config_from_dict
 from msprlab.engine.batch import WEIGHTS
-from msprlab.engine.config import ConfigError
+from msprlab.engine.config import ConfigError, EdgesConfig, IntentConfig, RoleConfig
 from msprlab.engine.roles import POLICY_NAMES
 
 from .metrics import parse_metric
@@ -189,6 +189,61 @@ def _weights(where: str, raw: Mapping[str, Any]) -> None:
                                   f"{', '.join(WEIGHTS)}")
 
 
+# Why a ContextKit key that `config_from_dict` accepts but sets nothing with cannot act.
+_NO_EFFECT = (
+    ("context_graph.edges.", "LLM edges are not modelled, and edges are built into the store "
+                             "at ingest, not at replay"),
+    ("context_graph.", "the replay rebuilds the graph from the store"),
+    ("mspr.", "the library declares it but never reads it (MSPR.md section 3.2)"),
+    ("", "the replay models the ranking path only: the seeds are the exact cosine of the "
+         "store's embeddings ([dataset] names the embedder) and no LLM runs"),
+)
+
+
+def _refuse_unreplayable(engine: EngineConfig, ignored: list[str],
+                         replay: ReplaySection) -> None:
+    """Every engine setting reaches the replay (and its scoring), or the definition is
+    refused here, naming the key: a setting the replay cannot honour is never dropped."""
+    for key in ignored:
+        why = next(reason for prefix, reason in _NO_EFFECT if key.startswith(prefix))
+        raise ExperimentError(f"engine: {key} cannot reach the replay: {why}; remove it")
+    changed = _changed("context_graph.edges", engine.edges, EdgesConfig())
+    if changed:
+        raise ExperimentError(
+            f"engine: {changed[0]} cannot reach the replay: edges are synthesised when the "
+            "store is built (with the library's defaults) and read from the store at replay; "
+            "remove it")
+    intent = engine.mspr.intent
+    if intent.strategy != "regex":
+        raise ExperimentError(
+            f"engine: mspr.intent.strategy cannot reach the replay: {intent.strategy!r} asks "
+            "an LLM, and the replay runs no LLM classifier, so every query would be labelled "
+            "as by 'regex'; use 'regex'")
+    if intent.llm_timeout_seconds != IntentConfig().llm_timeout_seconds:
+        raise ExperimentError(
+            "engine: mspr.intent.llm_timeout_seconds cannot reach the replay: only the LLM "
+            "stage reads it, and the replay runs no LLM classifier; remove it")
+    if engine.corrections.idempotent_backfill:
+        raise ExperimentError(
+            "engine: msprlab.corrections.idempotent_backfill cannot reach the replay: it "
+            "changes backfill_mspr, which the replay never runs; remove it")
+    if replay.policy == "none":
+        roles = _changed("mspr.role", engine.mspr.role, RoleConfig())
+        if engine.corrections.strict_role_isolation:
+            roles.append("msprlab.corrections.strict_role_isolation")
+        if roles:
+            raise ExperimentError(
+                f"engine: {roles[0]} cannot reach the replay: no role policy is installed "
+                "(replay.policy = \"none\"), so role settings have nothing to apply; set "
+                "replay.policy or remove it")
+
+
+def _changed(prefix: str, value: Any, default: Any) -> list[str]:
+    """The keys of a config block that differ from the library's defaults."""
+    return [f"{prefix}.{f.name}" for f in fields(value)
+            if getattr(value, f.name) != getattr(default, f.name)]
+
+
 def shipped_experiments() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
 
@@ -230,13 +285,15 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
     except ValueError as exc:
         raise ExperimentError(str(exc)) from None
     engine_dict = raw.get("engine", {})
+    ignored: list[str] = []
     try:
-        engine = config_from_dict(engine_dict)
+        engine = config_from_dict(engine_dict, ignored=ignored)
     except ConfigError as exc:
         raise ExperimentError(f"engine: {exc}") from None
     replay = _section(ReplaySection, raw.get("replay"), "replay")
     _choice("replay.frequency", replay.frequency, FREQUENCY_MODES)
     _choice("replay.policy", replay.policy, POLICY_NAMES)
+    _refuse_unreplayable(engine, ignored, replay)
     metrics = _section(MetricsSection, raw.get("metrics"), "metrics")
     for metric in (*metrics.names, metrics.primary):
         try:

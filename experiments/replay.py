@@ -14,17 +14,21 @@ The timeline (EVALUATION.md, "Replaying logged feedback credibly"):
   ranking differs from the logged one, later logged feedback is counterfactual; the scorer
   reports how many evaluated rankings still match the logged ones (`match rate`).
 - Frequency has two modes. `logged`: access counts and recency come from the log's `access`
-  events (the counts the logging ranker produced; none when the replayed configuration
-  records no accesses: MSPR or its frequency block off) and the replayed searches count nothing;
-  the table is weight-independent, so any weights can be scored from it. `closed_loop`: the
+  events (the counts the logging ranker produced) and the replayed searches count nothing;
+  the table is weight-independent, so any weights can be scored from it. A configuration
+  that counts no accesses (`mspr.enabled` and `mspr.frequency.enabled` not both on) gets
+  none of the log's either, as the library would have none. `closed_loop`: the
   evaluated ranker's own results feed the counts, as the library does; the table holds the
   features that ranker saw and is bound to its weights.
 - Every logged search runs through the engine (its decay tick changes relevance); each one
   with a `query_id` becomes one evaluated search, with one row per candidate.
 
-Seeds are the logging run's: the cosine between the stored query vector
-(`query_embeddings`; projected from the query text when the store has none, and the table
-says so) and the query owner's memories that exist at that time, top 10.
+Seeds are the vector store's hits, as in the logging run: the cosine between the stored
+query vector (`query_embeddings`; projected from the query text when the store has none,
+and the table says so) and the query owner's memories that exist at that time, best first,
+as many as can reach the candidates (`engine.search.vector_hits`: the store is asked for the
+search's limit, the retriever keeps the first `seed_top_k`, after the hard role filter when
+it runs; so min(limit, seed_top_k) without it).
 
 A candidate row holds every weight-independent input of the final score: dense, lexical,
 graph, frequency, personal, success (computed with every gate open), relevance, the soft
@@ -53,7 +57,6 @@ import polars as pl
 from msprlab.datasets.dense_index import DenseIndex
 from msprlab.datasets.schema import Dataset
 from msprlab.datasets.timeline import (
-    DEFAULT_SEEDS,
     SeedPlan,
     Timeline,
     corpus_of,
@@ -91,6 +94,7 @@ from msprlab.engine.search import (
     featurize_search,
     search,
     seed_payload,
+    vector_hits,
 )
 
 __all__ = ["FEEDBACK_POLICY", "FREQUENCY_MODES", "CandidateTable", "FrequencyMode",
@@ -108,15 +112,20 @@ def featurize_config(config: EngineConfig, frequency: FrequencyMode) -> EngineCo
     """The configuration a `logged` replay runs: every weight 1 (so every feature is
     computed), no access counting (the log's accesses are applied instead), intent routing
     on so each search gets its label (unless the edge-type-prior correction makes the
-    label change the candidates). A `closed_loop` replay runs `config` as given."""
+    label change the candidates), and a soft role policy on so each candidate gets its
+    multiplier (unless strict isolation makes the policy change the candidates): the
+    scorer applies the label's deltas and the multipliers or not, as `table_key` says. A
+    `closed_loop` replay runs `config` as given."""
     if frequency == "closed_loop":
         return config
     mspr = config.mspr
-    intent = mspr.intent
+    intent, role = mspr.intent, mspr.role
     if mspr.enabled and not config.corrections.apply_edge_type_priors:
         intent = replace(intent, enabled=True)
+    if mspr.enabled and not role.hard_filter and not config.corrections.strict_role_isolation:
+        role = replace(role, enabled=True)
     return replace(config, retrieval=replace(config.retrieval, **_GATE_OPEN),
-                   mspr=replace(mspr, intent=intent,
+                   mspr=replace(mspr, intent=intent, role=role,
                                 frequency=replace(mspr.frequency, enabled=False)))
 
 
@@ -128,15 +137,15 @@ def table_key(config: EngineConfig, frequency: FrequencyMode, *,
     without the multipliers). Without a policy installed the role switch does nothing."""
     if frequency == "closed_loop":
         return {"frequency": frequency, "config": as_dict(config)}
-    key = featurize_config(config, frequency)
+    key = featurize_config(config, frequency)  # counts nothing: whether the log's do is kept
+    logged_accesses = counts_access(config)
     mspr = key.mspr
-    accesses = {"logged_accesses": counts_access(config)}
     if not has_policy:  # the role switch and strict isolation have nothing to apply
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=False)),
                       corrections=replace(key.corrections, strict_role_isolation=False))
     elif not mspr.role.hard_filter and not config.corrections.strict_role_isolation:
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=True)))
-    return {"frequency": frequency, "config": as_dict(key), **accesses}
+    return {"frequency": frequency, "config": as_dict(key), "logged_accesses": logged_accesses}
 
 
 @dataclass(frozen=True)
@@ -294,27 +303,6 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
                        engine_rankings=engine_rankings, seed_index=seed_index)
 
 
-def _check_seed_count(config: EngineConfig, values: Mapping[str, list[Any]],
-                      limit: int | None) -> None:
-    """Refuse a seed count the replay would silently cap. The library asks the vector store
-    for `limit` hits and keeps `seed_top_k` of them (MSPR.md sections 1 and 6); the replay
-    finds `DEFAULT_SEEDS` (the logging run's), so a search that would keep more seeds than
-    that cannot be replayed as configured."""
-    top_k = config.retrieval.seed_top_k
-    if top_k <= DEFAULT_SEEDS:
-        return
-    limits = [limit if limit is not None else logged
-              for kind, logged in zip(values["kind"], values["limit"], strict=True)
-              if kind == "search"]
-    wanted = max((min(top_k, n) for n in limits if n is not None), default=0)
-    if wanted > DEFAULT_SEEDS:
-        raise ValueError(
-            f"context_graph.retrieval.seed_top_k = {top_k}: with search limits up to "
-            f"{max(n for n in limits if n is not None)} the library would keep {wanted} dense "
-            f"seeds, but the replay finds the logging run's {DEFAULT_SEEDS}; set seed_top_k "
-            f"<= {DEFAULT_SEEDS} (or replay.limit <= {DEFAULT_SEEDS})")
-
-
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while the replay runs, as it was after.
@@ -367,10 +355,10 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     contexts: dict[tuple[Any, ...], RoleContext] = {}
     out = _Collector()
     # Memory events enter through the timeline; clicks, and in closed_loop the logged
-    # accesses, change nothing. A configuration that records no accesses (MSPR or its
-    # frequency block off: MSPR.md sections 15, 17) gets none from the log either.
-    logged_accesses = frequency == "logged" and counts_access(config)
-    acting = ["feedback", "search"] + (["access"] if logged_accesses else [])
+    # accesses, change nothing; in logged mode the accesses count only for a configuration
+    # that counts accesses (without, the library has none).
+    acting = ["feedback", "search"] + (
+        ["access"] if frequency == "logged" and counts_access(config) else [])
     events = ds.events.filter(pl.col("kind").is_in(acting)).sort("ts", "seq").with_columns(
         pl.col("ts").cast(pl.Int64))
     # A run of accesses at one time is one step, its memory ids in order: a log has many
@@ -386,11 +374,13 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     values = {c: steps[c].to_list() for c in columns}
     plan = None  # the exact seeds of every evaluated search, computed up front
     if seed_index is None:
-        plan = SeedPlan(corpus, timeline, [
-            (ts, query_row[q]) for kind, ts, q in zip(
-                values["kind"], values["ts"], values["query_id"], strict=True)
-            if kind == "search" and q in query_row], vectors)
-    _check_seed_count(run, values, limit)
+        evaluated = [(ts, query_row[q], vector_hits(state, logged if limit is None else limit))
+                     for kind, ts, q, logged in zip(values["kind"], values["ts"],
+                                                    values["query_id"], values["limit"],
+                                                    strict=True)
+                     if kind == "search" and q in query_row]
+        plan = SeedPlan(corpus, timeline, [(ts, q) for ts, q, _ in evaluated], vectors,
+                        [count for _, _, count in evaluated])
     planned = 0
     # each query's vector with its norm, summed once rather than at each of its searches
     embeddings = list(map(Embedding, vectors, row_norms_sq(vectors)))
@@ -421,7 +411,8 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
             if q is not None and plan is not None:
                 seeds, planned = plan.seeds(planned), planned + 1
             elif q is not None and seed_index is not None:
-                seeds = index_seeds(seed_index, corpus, timeline, q, vectors[q])
+                seeds = index_seeds(seed_index, corpus, timeline, q, vectors[q], vector_hits(
+                    state, logged_limit if limit is None else limit))
             request = SearchRequest(
                 query=text, seeds=seeds, user_id=user, agent_id=agent, run_id=run_id,
                 filters=json.loads(filters) if filters and filters != "{}" else None,
@@ -517,8 +508,8 @@ def _allowed(memory_id: str, stored: Mapping[str, Any] | None, ctx: RoleContext)
 
 
 def index_seeds(index: DenseIndex, corpus: Any, timeline: Timeline, q: int,
-                vector: np.ndarray) -> list[Seed]:
-    """The top `DEFAULT_SEEDS` of the owner's memories that exist now, from the index.
+                vector: np.ndarray, count: int) -> list[Seed]:
+    """The top `count` of the owner's memories that exist now, from the index.
 
     The index holds every memory; it is asked for as many more as the scope has memories
     not (or no longer) in the vector store at this time, and those are dropped."""
@@ -529,8 +520,8 @@ def index_seeds(index: DenseIndex, corpus: Any, timeline: Timeline, q: int,
     owner = {k: v for k, v in zip(("user_id", "agent_id", "run_id"), corpus.owners[q],
                                   strict=True) if v is not None}
     live = {corpus.memory_ids[r] for r in rows[timeline.seedable[rows]]}
-    hits = index.search(vector, DEFAULT_SEEDS + pending, filters=owner)
-    return [Seed(m, s) for m, s in hits if m in live][:DEFAULT_SEEDS]
+    hits = index.search(vector, count + pending, filters=owner)
+    return [Seed(m, s) for m, s in hits if m in live][:count]
 
 
 def _search(run: Callable[..., Any], state: Any, request: SearchRequest,

@@ -179,18 +179,6 @@ def test_missing_experiment_is_bad_input(tmp_path, capsys) -> None:
     assert not Path(tmp_path, "results").exists()
 
 
-def test_a_seed_count_the_replay_would_cap_is_refused(tmp_path, capsys) -> None:
-    definition = tmp_path / "seeds.toml"
-    definition.write_text(SMALL.replace("[engine.context_graph]\nenabled = true\n",
-                                        "[engine.context_graph]\nenabled = true\n"
-                                        "retrieval = { seed_top_k = 20 }\n")
-                          + "[ablation]\narms = [\"off\"]\n")
-    definition.write_text(definition.read_text().replace("[replay]\n", "[replay]\nlimit = 20\n"))
-    assert main(["ablate", str(definition), "--root", str(tmp_path), "--no-track"]) == 2
-    out = capsys.readouterr().out
-    assert "seed_top_k = 20" in out and "replay finds the logging run's 10" in out
-
-
 def test_a_smaller_seed_count_changes_the_candidate_table(tmp_path) -> None:
     from msprlab.experiments import pipeline as P
     tables = {}

@@ -265,3 +265,32 @@ def test_cli_refuses_another_dataset_without_replace(folder, tmp_path, capsys):
     assert "pass replace=True (--replace)" in " ".join(capsys.readouterr().out.split())
     assert run_cli(["ingest", "generic", str(folder), "--store", str(store), "--replace"]) == 0
     assert load_dataset(store).queries["question_type"][2] == "temporal"
+
+
+@pytest.mark.parametrize("key", ["user_id", "role", "data", "created_at", "allowed_roles"])
+def test_cli_refuses_a_metadata_key_named_like_a_payload_field(folder, tmp_path, capsys, key):
+    """The replay builds these payload fields from the memory's columns; a metadata key of the
+    same name would overwrite one silently: refused at ingest, nothing written."""
+    from msprlab.datasets.schema import PAYLOAD_FIELDS
+    from msprlab.experiments.cli import main
+    assert key in PAYLOAD_FIELDS
+    store = tmp_path / "store.duckdb"
+    assert main(["ingest", "generic", str(EXAMPLE), "--store", str(store)]) == 0
+    capsys.readouterr()
+    before = store.read_bytes()
+    edit_line(folder / "memories.jsonl", 4, {"metadata": {"topic": "work", key: "mallory"}})
+    for target in (store, tmp_path / "new.duckdb"):
+        assert main(["ingest", "generic", str(folder), "--store", str(target), "--replace"]) == 2
+        out = " ".join(capsys.readouterr().out.split())
+        assert f"memories.jsonl line 4: field 'metadata': key {key!r} is a payload field" in out
+    assert store.read_bytes() == before
+    assert not (tmp_path / "new.duckdb").exists()
+    assert load_dataset(store).digest == read_generic(EXAMPLE).digest
+
+
+def test_a_nested_or_unreserved_metadata_key_is_kept(folder, tmp_path):
+    edit_line(folder / "memories.jsonl", 4, {"metadata": {"text": "x", "topic": {"role": 1}}})
+    store = tmp_path / "store.duckdb"
+    ingest(read_generic(folder), store)
+    assert json.loads(load_dataset(store).memories["metadata"][3]) == {
+        "text": "x", "topic": {"role": 1}}

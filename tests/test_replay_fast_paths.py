@@ -168,14 +168,15 @@ def test_a_query_vector_may_be_an_array() -> None:
 # ---- owner seeds ------------------------------------------------------------------------
 
 
-def gathered_seeds(corpus: Any, timeline: Timeline, q: int, vector: np.ndarray) -> list[Seed]:
+def gathered_seeds(corpus: Any, timeline: Timeline, q: int, vector: np.ndarray,
+                   count: int = DEFAULT_SEEDS) -> list[Seed]:
     """The seeds as computed before the cache: the live rows gathered per search."""
     rows = corpus.scope_rows[q]
     rows = rows[timeline.seedable[rows]]
     if rows.size == 0:
         return []
     scores = corpus.vectors[rows] @ vector
-    top = np.argsort(-scores, kind="stable")[:DEFAULT_SEEDS]
+    top = np.argsort(-scores, kind="stable")[:count]
     return [Seed(corpus.memory_ids[rows[i]], float(scores[i])) for i in top]
 
 
@@ -203,7 +204,7 @@ def test_owner_seeds_are_the_gathered_seeds_as_memories_come_and_go() -> None:
         timeline.advance(at)
         for q in rng.choice(len(corpus.query_ids), 5):
             vector = vectors[rng.integers(len(vectors))]
-            got = owner_cosine_seeds(corpus, timeline, int(q), vector)
+            got = owner_cosine_seeds(corpus, timeline, int(q), vector, DEFAULT_SEEDS)
             want = gathered_seeds(corpus, timeline, int(q), vector)
             assert [(s.id, bits(s.score)) for s in got] == [(s.id, bits(s.score)) for s in want]
             checked += len(got)
@@ -212,7 +213,9 @@ def test_owner_seeds_are_the_gathered_seeds_as_memories_come_and_go() -> None:
 
 def test_planned_seeds_are_the_seeds_at_each_search() -> None:
     """A plan made up front gives, search by search, what the timeline gives when it gets
-    there, with memories deleted on the way and queries of several owners interleaved."""
+    there, with memories deleted on the way and queries of several owners interleaved, each
+    search with its own seed count (searches of one query at one time asking for more and
+    for fewer)."""
     log = with_deletions(2, every=5, part=3)
     created = log.memories["created_at"]
     corpus = corpus_of(log)
@@ -225,11 +228,13 @@ def test_planned_seeds_are_the_seeds_at_each_search() -> None:
     searches = [(t, int(q)) for t, q in zip(times, rng.choice(len(corpus.query_ids), 300),
                                             strict=True)]
     queries = vectors[rng.integers(len(vectors), size=len(corpus.query_ids))]
+    counts = rng.integers(1, 25, size=len(searches)).tolist()
+    searches[104:108] = [searches[100]] * 4  # one query at one time, counts differing
     timeline = Timeline(log, corpus, new_state(FULL))
-    plan = SeedPlan(corpus, timeline, searches, queries)
+    plan = SeedPlan(corpus, timeline, searches, queries, counts)
     for k, (at, q) in enumerate(searches):
         timeline.advance(at)
-        want = gathered_seeds(corpus, timeline, q, queries[q])
+        want = gathered_seeds(corpus, timeline, q, queries[q], counts[k])
         assert [(s.id, bits(s.score)) for s in plan.seeds(k)] == [
             (s.id, bits(s.score)) for s in want]
     assert not timeline.seedable.all() and timeline.seedable.any()

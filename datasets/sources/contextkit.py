@@ -71,7 +71,7 @@ import polars as pl
 
 from msprlab.engine.success import hash_query
 
-from ..schema import EDGES, EMBEDDINGS, EVENTS, MEMORIES, QUERIES, Dataset
+from ..schema import EDGES, EMBEDDINGS, EVENTS, MEMORIES, PAYLOAD_FIELDS, QUERIES, Dataset
 from ..store import Progress
 from ..validate import IngestError, show, validate
 
@@ -86,8 +86,7 @@ FLAGS = {"feedback_db": "--feedback-db", "success_db": "--success-db",
          "graph_jsonl": "--graph-jsonl", "qdrant_path": "--qdrant-path"}
 _LOADER_REVISION = 1
 _OWNERS = ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id")
-_COLUMN_KEYS = frozenset({"data", "hash", "created_at", "updated_at", "role", "allowed_roles",
-                          *_OWNERS})
+_COLUMN_KEYS = frozenset(PAYLOAD_FIELDS)  # the payload keys with a column; the rest: metadata
 _KINDS = ("node", "edge", "embedding")
 
 
