@@ -56,9 +56,14 @@ def _string(v: Any) -> str:
     return v
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def _integer(v: Any) -> int:
     if type(v) is not int:
         raise _Bad(f"expected an integer, got {show(v)}")
+    if not _INT64[0] <= v <= _INT64[1]:  # the store's columns are int64
+        raise _Bad(f"expected an integer within int64, got one of {len(str(abs(v)))} digits")
     return v
 
 
@@ -314,12 +319,16 @@ def read_generic(folder: Path, *, progress: Progress | None = None) -> Dataset:
     for done, (table, path) in enumerate(sorted(files.items(), key=lambda kv: kv[1].name)):
         if progress is not None:
             progress(path.name, done, len(files))
-        if path.suffix.lower() == ".tsv":
-            frames[table] = read_qrels(path, provenance=True)
-        elif path.suffix.lower() == ".jsonl":
-            frames[table] = _read_jsonl(path, table)
-        else:
-            frames[table] = _read_parquet(path, table)
+        try:
+            if path.suffix.lower() == ".tsv":
+                frames[table] = read_qrels(path, provenance=True)
+            elif path.suffix.lower() == ".jsonl":
+                frames[table] = _read_jsonl(path, table)
+            else:
+                frames[table] = _read_parquet(path, table)
+        except OSError as exc:  # a directory, a dangling link or loop, no read permission
+            raise IngestError(path.name, f"cannot be read ({exc.strerror or exc}); "
+                              f"expected a readable file at {path}") from None
         if table == "events":
             frames[table] = _finish_events(frames[table])
     if progress is not None:

@@ -294,3 +294,41 @@ def test_a_nested_or_unreserved_metadata_key_is_kept(folder, tmp_path):
     ingest(read_generic(folder), store)
     assert json.loads(load_dataset(store).memories["metadata"][3]) == {
         "text": "x", "topic": {"role": 1}}
+
+
+def _directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def _loop(path: Path) -> None:
+    path.unlink()
+    path.symlink_to(path)
+
+
+def _dangling(path: Path) -> None:
+    path.unlink()
+    path.symlink_to(path.with_name("nowhere.jsonl"))
+
+
+@pytest.mark.parametrize(("spoil", "reason"), [
+    (_directory, "Is a directory"), (_loop, "symbolic links"),
+    (_dangling, "No such file or directory")])
+def test_cli_an_unreadable_file_is_bad_input_naming_it(folder, tmp_path, capsys, spoil, reason):
+    spoil(folder / "edges.jsonl")
+    store = tmp_path / "store.duckdb"
+    assert run_cli(["ingest", "generic", str(folder), "--store", str(store)]) == 2
+    out = capsys.readouterr().out
+    assert "edges.jsonl: cannot be read" in out and reason in out
+    assert not store.exists()
+
+
+def test_cli_an_integer_beyond_int64_is_bad_input_naming_its_line(folder, tmp_path, capsys):
+    edit_line(folder / "events.jsonl", 10, {"limit": 2**63})
+    store = tmp_path / "store.duckdb"
+    assert run_cli(["ingest", "generic", str(folder), "--store", str(store)]) == 2
+    out = capsys.readouterr().out
+    assert "events.jsonl line 10: field 'limit': expected an integer within int64" in out
+    assert not store.exists()
+    edit_line(folder / "events.jsonl", 10, {"limit": 2**63 - 1})  # the largest int64 reads
+    assert run_cli(["ingest", "generic", str(folder), "--store", str(store)]) == 0
