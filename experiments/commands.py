@@ -34,7 +34,6 @@ from .experiment_config import (
     shipped_experiments,
 )
 from .metrics import parse_metric
-from .stats import aggregate
 from .tables import (
     arms_table,
     audit_table,
@@ -225,9 +224,8 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     )
     cfg = ctx.cfg
     metrics = [parse_metric(m) for m in cfg.metrics.names]
-    key = prepared.key_of["tuned"]
-    train = P.split_tables(prepared, "train")[key]
-    test = P.split_tables(prepared, "test")[key]
+    train = P.window_table(prepared, "tuned", "train")
+    test = P.window_table(prepared, "tuned", "test")
     train_scorer, test_scorer = Scorer.of(train, metrics), Scorer.of(test, metrics)
     base = P.baseline_arm(cfg)
     space = search_space(dict(cfg.tune.ranges), cfg.engine)  # signals off: weights fixed at 0
@@ -342,17 +340,16 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
     per unit, and split by whether the query was asked in the train window."""
     cfg, prepared, arms = ctx.cfg, ctx.prepared, ctx.arms
     assert prepared is not None and arms is not None
-    names = [m.name for m in metrics]
-    windowed = P.split_tables(prepared, "test")
     scorers = {"tuned": test}
     chosen = {"tuned": best}
     for name, config in arms.references.items():
-        key = prepared.key_of[name]
-        scorers[name] = test if key == prepared.key_of["tuned"] else Scorer.of(windowed[key],
-                                                                               metrics)
+        same = prepared.key_of[name] == prepared.key_of["tuned"]
+        scorers[name] = test if same else Scorer.of(P.window_table(prepared, name, "test"),
+                                                    metrics)
         chosen[name] = arm_of(name, config)
-    train = P.split_tables(prepared, "train")[prepared.key_of["tuned"]]
-    asked = train.searches["query_id"].unique().implode()
+    searches = prepared.table("tuned").searches
+    asked = searches.filter((prepared.split == "train").to_numpy())["query_id"].unique()
+    asked = asked.implode()
     frames = {name: scorers[name].frame(arm).with_columns(
         seen=pl.when(pl.col("query_id").is_in(asked)).then(pl.lit("seen"))
         .otherwise(pl.lit("unseen")))
@@ -361,12 +358,7 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
     comparison = pl.concat([P.compare_units(frames[ref], {"tuned": frames["tuned"]}, cfg,
                                             reference=ref, group_cols=groups)
                             for ref in arms.references], how="diagonal_relaxed")
-    summary = pl.concat([
-        aggregate(frame, metric_cols=names, group_cols=groups, unit=unit, cluster="query_id",
-                  n_resamples=cfg.metrics.bootstrap, seed=cfg.seed,
-                  min_support=cfg.metrics.min_support)
-        .select(pl.lit(name).alias("arm"), pl.all())
-        for name, frame in frames.items() for unit in P.UNITS], how="diagonal_relaxed")
+    summary = P.summarize(frames, cfg, group_cols=groups)
     primary = cfg.metrics.primary
     for ref in arms.references:
         what = ("off (MSPR disabled: the context graph alone)" if ref == "off"

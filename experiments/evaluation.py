@@ -150,10 +150,13 @@ class Scorer:
         return ranked_lists(self.table, self.block,
                             row_ranks(self.block, score, roles=arm.roles))
 
-    def match_rate(self, arm: Arm) -> tuple[int, int]:
-        """(searches whose ranking equals the logged one, searches with a logged ranking)."""
+    def match_rate(self, arm: Arm, *, rankings: list[list[str]] | None = None
+                   ) -> tuple[int, int]:
+        """(searches whose ranking equals the logged one, searches with a logged ranking);
+        `rankings`: the arm's `rankings`, when the caller has them already."""
         logged = self.table.searches["logged"].to_list()
-        pairs = [(a, b) for a, b in zip(self.rankings(arm), logged, strict=True)
+        ranked = self.rankings(arm) if rankings is None else rankings
+        pairs = [(a, b) for a, b in zip(ranked, logged, strict=True)
                  if b is not None]
         return sum(a == b for a, b in pairs), len(pairs)
 

@@ -33,7 +33,8 @@ from .replay import CandidateTable, cached_replay, table_key
 from .splits import split_searches
 from .stats import aggregate, compare
 
-__all__ = ["Prepared", "Stage", "ablate", "prepare_store", "split_tables", "tables"]
+__all__ = ["Prepared", "Stage", "ablate", "prepare_store", "split_tables", "summarize",
+           "tables", "window_table"]
 
 Stage = Callable[[str, int, int], None]  # (what, done, total)
 GROUPS = ("intent", "question_type")
@@ -168,6 +169,11 @@ def tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, EngineConfi
     return Prepared(dataset, store, out, keys, split, cached)
 
 
+def window_table(prepared: Prepared, name: str, window: str) -> CandidateTable:
+    """The table configuration `name` is scored from, restricted to one window."""
+    return prepared.table(name).subset((prepared.split == window).to_numpy())
+
+
 def split_tables(prepared: Prepared, window: str) -> dict[str, CandidateTable]:
     """Each table restricted to one window ("train" or "test")."""
     mask = (prepared.split == window).to_numpy()
@@ -179,7 +185,19 @@ UNITS = ("query", "search")
 
 def _stats_settings(cfg: ExperimentConfig) -> dict[str, Any]:
     return {"n_resamples": cfg.metrics.bootstrap, "seed": cfg.seed,
-            "correction": cfg.metrics.correction, "min_support": cfg.metrics.min_support}
+            "min_support": cfg.metrics.min_support}
+
+
+def summarize(frames: Mapping[str, pl.DataFrame], cfg: ExperimentConfig, *,
+              group_cols: tuple[str, ...] = GROUPS) -> pl.DataFrame:
+    """`stats.aggregate` of each arm's per-search frame per query and per search, with an
+    `arm` column."""
+    names = list(cfg.metrics.names)
+    return pl.concat([
+        aggregate(frame, metric_cols=names, group_cols=group_cols, unit=unit,
+                  cluster="query_id", **_stats_settings(cfg))
+        .select(pl.lit(name).alias("arm"), pl.all())
+        for name, frame in frames.items() for unit in UNITS], how="diagonal_relaxed")
 
 
 def compare_units(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], cfg: ExperimentConfig,
@@ -189,7 +207,8 @@ def compare_units(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], cfg: Exp
     names = list(cfg.metrics.names)
     return pl.concat([
         compare(base, arms, metric_cols=names, group_cols=group_cols, key="event_id",
-                unit=unit, cluster="query_id", **_stats_settings(cfg))
+                unit=unit, cluster="query_id", correction=cfg.metrics.correction,
+                **_stats_settings(cfg))
         .select(pl.lit(reference).alias("reference"), pl.all())
         for unit in UNITS], how="diagonal_relaxed")
 
@@ -200,19 +219,16 @@ def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, Engi
     """Every arm on the `window` searches, against each reference arm, per group and unit;
     the side-effect arms (`effects`) against `on-zero`; every arm's match rate."""
     metrics = [parse_metric(m) for m in cfg.metrics.names]
-    names = [m.name for m in metrics]
     windowed = split_tables(prepared, window)
     scorers = {key: Scorer.of(table, metrics) for key, table in windowed.items()}
     every = {**configs, **(effects or {})}
     arms = ladder_arms(every)
     frames = {name: scorers[prepared.key_of[name]].frame(arm) for name, arm in arms.items()}
-    ladder_names = [n for n in configs]
-    summary = pl.concat([
-        aggregate(frames[name], metric_cols=names, group_cols=GROUPS, unit=unit,
-                  cluster="query_id", **{k: v for k, v in _stats_settings(cfg).items()
-                                         if k != "correction"})
-        .select(pl.lit(name).alias("arm"), pl.all())
-        for name in ladder_names for unit in UNITS], how="diagonal_relaxed")
+    ladder_names = list(configs)
+    summary = summarize({name: frames[name] for name in ladder_names}, cfg)
+    # Each arm's returned lists, once: the match rates and the top-10 changes read them.
+    rankings = {name: scorers[prepared.key_of[name]].rankings(arm)
+                for name, arm in arms.items()}
     notes = []
     comparisons = [compare_units(frames[ref], {n: frames[n] for n in ladder_names if n != ref},
                                  cfg, reference=ref)
@@ -226,12 +242,9 @@ def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, Engi
         # that the delta reads as the block's effect (on-zero - without it).
         raw = compare_units(frames["on-zero"], {n: frames[n] for n in effects}, cfg,
                             reference="on-zero", group_cols=())
-        base_scorer = scorers[prepared.key_of["on-zero"]]
-        top = [ids[:10] for ids in base_scorer.rankings(arms["on-zero"])]
-        changed = {}
-        for name in effects:
-            mine = scorers[prepared.key_of[name]].rankings(arms[name])
-            changed[name] = sum(a != b[:10] for a, b in zip(top, mine, strict=True))
+        top = [ids[:10] for ids in rankings["on-zero"]]
+        changed = {name: sum(a != b[:10] for a, b in zip(top, rankings[name], strict=True))
+                   for name in effects}
         side = raw.with_columns(
             block=pl.col("arm").str.strip_prefix("no-"),
             mean_base=pl.col("mean_arm"), mean_arm=pl.col("mean_base"),
@@ -241,7 +254,8 @@ def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, Engi
             searches=pl.lit(len(top), dtype=pl.Int64))
     match = pl.DataFrame([
         {"arm": name, **dict(zip(("matched", "logged"),
-                                 scorers[prepared.key_of[name]].match_rate(arm), strict=True))}
+                                 scorers[prepared.key_of[name]].match_rate(
+                                     arm, rankings=rankings[name]), strict=True))}
         for name, arm in arms.items()], schema={"arm": pl.String, "matched": pl.Int64,
                                                  "logged": pl.Int64}, orient="row"
     ).with_columns(rate=pl.col("matched") / pl.col("logged"))

@@ -78,6 +78,7 @@ class Tracker:
         mlflow.set_tracking_uri(uri)
         self.experiment_id = mlflow.set_experiment(experiment).experiment_id
         self.experiment = experiment
+        self._provenance: dict[str, str] = {}  # the parent run's msprlab.* tags
 
     @contextmanager
     def run(self, name: str, *, tags: Mapping[str, str]) -> Iterator[str]:
@@ -90,7 +91,7 @@ class Tracker:
 
     @contextmanager
     def child(self, name: str, *, tags: Mapping[str, str] | None = None) -> Iterator[str]:
-        merged = {**getattr(self, "_provenance", {}), **(tags or {})}
+        merged = {**self._provenance, **(tags or {})}
         with self.mlflow.start_run(run_name=name, nested=True, tags=merged) as active:
             yield active.info.run_id
 
