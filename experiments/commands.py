@@ -135,7 +135,7 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
                                    "queries")):
         ctx.console.print(ladder_table(
             result.summary, result.comparison, result.match, metric=primary, unit=unit,
-            title=f"ablation ladder, test window: {primary}, {label}; labels: dataset qrels"))
+            title=f"ablation ladder, test window: {primary}, {label}; labels: {P.LABEL_SOURCE}"))
     if result.comparison.height:
         family = _family(result.comparison, "off", "query")
         for group_by in ("intent", "question_type"):
@@ -144,10 +144,12 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
                                             pl.col("group_by").is_in(["overall", group_by]))
             ctx.console.print(delta_matrix(
                 part, metric=primary, title=f"ablation, test window: {primary} change against "
-                f"off (MSPR disabled), per query, by {group_by.replace('_', ' ')}",
+                f"off (MSPR disabled), per query, by {group_by.replace('_', ' ')}; labels: "
+                f"{P.LABEL_SOURCE}",
                 family=family))
     if result.side_effects.height:
-        ctx.console.print(side_effect_table(result.side_effects, metric=primary))
+        ctx.console.print(side_effect_table(result.side_effects, metric=primary,
+                                            labels=P.LABEL_SOURCE))
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     audit = P.isolation_audit(cfg, prepared, configs, progress=_stage(ctx.bar))
@@ -370,7 +372,7 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
             else ("overall", "seen"),
             title=f"test window: tuned weights against {what}, {primary}, per query "
                   "(n = distinct questions; seen = asked in the train window too; "
-                  "* = below min support); labels: dataset qrels",
+                  f"* = below min support); labels: {P.LABEL_SOURCE}",
             caption=_family(comparison, ref, "query")))
     per_search = comparison.filter(pl.col("unit") == "search",
                                    pl.col("group_by").is_in(["overall", "seen"]))
@@ -379,7 +381,8 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
         metric=primary, base_label="reference", arm_label="tuned",
         group_by=("overall", "seen"),
         title=f"test window, per search (weighted by traffic; n = searches; CI: cluster "
-              f"bootstrap over queries): {primary}", caption=_family(comparison, "off", "search")))
+              f"bootstrap over queries): {primary}, against off and on-zero; labels: "
+              f"{P.LABEL_SOURCE}", caption=_family(comparison, "off", "search")))
     if ctx.tracker is not None:
         headline = summary.filter(pl.col("metric") == primary, pl.col("group_by") == "overall",
                                   pl.col("unit") == "query")

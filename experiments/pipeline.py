@@ -181,6 +181,9 @@ def split_tables(prepared: Prepared, window: str) -> dict[str, CandidateTable]:
 
 
 UNITS = ("query", "search")
+# Where the relevance judgments every table is scored against come from: the store's qrels
+# (the replay reads no other labels yet).
+LABEL_SOURCE = "dataset qrels"
 
 
 def _stats_settings(cfg: ExperimentConfig) -> dict[str, Any]:

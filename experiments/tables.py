@@ -209,11 +209,13 @@ def arms_table(arms: pl.DataFrame) -> Table:
     return table
 
 
-def side_effect_table(effects: pl.DataFrame, *, metric: str) -> Table:
+def side_effect_table(effects: pl.DataFrame, *, metric: str, labels: str) -> Table:
     """Per recording block: `on-zero` against `on-zero` without that block, i.e. what the
-    block does to the ranking at zero weight, per query and per search."""
+    block does to the ranking at zero weight, per query and per search (each row names its
+    unit); `labels` names the label source."""
     table = Table(title=f"side effects at zero weight, test window: {metric} of on-zero minus "
-                        "on-zero with one recording block off", title_justify="left",
+                        f"on-zero with one recording block off (reference: the block off), "
+                        f"per query and per search; labels: {labels}", title_justify="left",
                   box=box.SIMPLE_HEAD, caption=(
                       "a block records state even at weight 0: feedback bumps relevance and "
                       "ratchets floors, frequency moves decay recency through accesses, "
