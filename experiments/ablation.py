@@ -29,6 +29,7 @@ import polars as pl
 
 from msprlab.engine import EngineConfig
 
+from .errors import ExperimentError
 from .evaluation import Arm, arm_of
 
 __all__ = ["BLOCKS", "NEEDS", "REFERENCES", "AblationResult", "ladder", "ladder_arms",
@@ -53,12 +54,12 @@ def ladder(engine: EngineConfig, arms: Sequence[str],
     mspr = engine.mspr
     signals = [arm for arm in arms if arm != "off"]
     if signals and not mspr.enabled:
-        raise ValueError(f"ablation: mspr.enabled must be on in the experiment's engine config "
-                         f"for the arms {signals} (every arm but `off` runs MSPR)")
+        raise ExperimentError(f"ablation: mspr.enabled must be on in the experiment's engine "
+                              f"config for the arms {signals} (every arm but `off` runs MSPR)")
     for arm, switch in NEEDS.items():
         if arm in arms and not getattr(mspr, switch).enabled:
-            raise ValueError(f"ablation: the {arm!r} arm needs mspr.{switch}.enabled in the "
-                             "engine config (its signal reads that state)")
+            raise ExperimentError(f"ablation: the {arm!r} arm needs mspr.{switch}.enabled in "
+                                  "the engine config (its signal reads that state)")
     zero = _zero(engine)
     off = replace(zero, mspr=replace(mspr, enabled=False,
                                      intent=replace(mspr.intent, enabled=False),

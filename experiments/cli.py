@@ -1,4 +1,4 @@
-"""The `msprlab` command line. Exit status: 0 success, 1 failure or divergence, 2 bad input."""
+"""The `msprlab` command line. Exit statuses are defined once, in `exits.py`."""
 
 from __future__ import annotations
 
@@ -17,12 +17,20 @@ from msprlab.datasets.atomic import write_json_atomic
 from msprlab.datasets.scenario import ScenarioError, load_scenario
 from msprlab.experiments.commands import add_experiment_commands
 from msprlab.experiments.evaluate_cli import add_evaluate_command
+from msprlab.experiments.exits import (
+    EXIT_BAD_INPUT,
+    EXIT_FINDING,
+    EXIT_HELP,
+    EXIT_OK,
+    BadInput,
+    print_error,
+    run_guarded,
+)
 from msprlab.experiments.ingest_cli import add_ingest_commands
 from msprlab.experiments.regress import add_regress_command
 from msprlab.experiments.replay_cli import add_replay_command
 from msprlab.experiments.report_cli import add_report_command
 
-EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 DEMO_SCENARIOS = Path(__file__).parent / "scenarios"
 
 
@@ -37,8 +45,8 @@ def _run_one(path: Path, engine: str, with_subgraph: bool) -> dict[str, Any]:
         try:
             from msprlab.experiments.contextkit_adapter import run_scenario_with_contextkit
         except ImportError as exc:
-            raise SystemExit(f"--engine contextkit needs the parity extra: "
-                             f"pip install 'msprlab[parity]' ({exc})") from None
+            raise BadInput(f"--engine contextkit needs the parity extra: "
+                           f"pip install 'msprlab[parity]' ({exc})") from None
         raw = json.loads(path.read_text(encoding="utf-8"))
         load_scenario(path)  # same validation and error messages on both engines
         return run_scenario_with_contextkit(raw, with_subgraph=with_subgraph)
@@ -86,14 +94,14 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
     console = _console()
     files = _scenario_files(args.target)
     if not files:
-        console.print(f"[red]{args.target}: no scenario files (*.json) found[/red]")
+        print_error(f"{args.target}: no scenario files (*.json) found", console)
         return EXIT_BAD_INPUT
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
     try:
         outputs = [(path, _run_one(path, args.engine, args.with_subgraph)) for path in files]
     except ScenarioError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(exc, console)
         return EXIT_BAD_INPUT
     for path, output in outputs:
         if args.out is None:
@@ -111,14 +119,14 @@ def cmd_scenario_diff(args: argparse.Namespace) -> int:
     try:
         a, b = (json.loads(p.read_text(encoding="utf-8")) for p in (args.a, args.b))
     except (OSError, json.JSONDecodeError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        print_error(exc, console)
         return EXIT_BAD_INPUT
     divergences = diff_outputs(a, b, tolerance=args.tolerance)
     if not divergences:
         console.print(f"no divergence: {args.a} and {args.b} agree")
         return EXIT_OK
     print(format_divergences(divergences))
-    return EXIT_FAIL
+    return EXIT_FINDING
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -136,7 +144,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="msprlab", description="Offline evaluation harness for ContextKit's MSPR ranker.")
+        prog="msprlab", description="Offline evaluation harness for ContextKit's MSPR ranker.",
+        epilog=EXIT_HELP)
+    parser.add_argument("--debug", action="store_true",
+                        help="on an internal error, print the traceback (exit status 3)")
     commands = parser.add_subparsers(dest="command", required=True)
     add_ingest_commands(commands)
     add_evaluate_command(commands)
@@ -170,13 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--tolerance", type=float, default=1e-9,
                       help="absolute score tolerance (SCENARIOS.md: 1e-9 BFS, 1e-6 PPR)")
     diff.set_defaults(func=cmd_scenario_diff)
+    for sub in commands.choices.values():
+        sub.epilog = f"{sub.epilog}\n\n{EXIT_HELP}" if sub.epilog else EXIT_HELP
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    code: int = args.func(args)
-    return code
+    args = build_parser().parse_args(argv)  # --help exits 0, a usage error 2 (argparse)
+    return run_guarded(lambda: int(args.func(args)), debug=args.debug)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from msprlab.engine.batch import WEIGHTS
+from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, USER_ERRORS, print_error
 
 from . import pipeline as P
 from .ablation import switches
@@ -46,7 +47,6 @@ from .tracking import Tracker, flatten, git_commit, metric_key
 
 __all__ = ["add_experiment_commands"]
 
-EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 
 @dataclass
@@ -460,11 +460,8 @@ def _command(args: argparse.Namespace, which: str) -> int:
                 ctx.bundle.finish(started)
                 if ctx.tracker is not None:
                     ctx.tracker.mlflow.log_artifacts(str(ctx.bundle.folder))
-    except (ExperimentError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        return EXIT_BAD_INPUT
-    except ValueError as exc:  # a definition the data or the engine cannot run
-        console.print(f"[red]error:[/red] {args.experiment}: {exc}", highlight=False)
+    except (*USER_ERRORS, FileNotFoundError) as exc:
+        print_error(exc, console)
         return EXIT_BAD_INPUT
     console.print(f"results: {ctx.bundle.folder} (render them: msprlab report "
                   f"{ctx.bundle.folder})", highlight=False)

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from msprlab.datasets.trec import read_qrels, read_run
 from msprlab.datasets.validate import IngestError
+from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error
 from msprlab.experiments.metrics import (
     Metric,
     accepted_forms,
@@ -38,7 +39,6 @@ __all__ = ["DEFAULT_METRICS", "RunEvaluation", "add_evaluate_command", "evaluate
            "rank_like_trec_eval"]
 
 # The CLI's exit statuses (experiments/cli.py has the same; imported from there, a cycle).
-EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_METRICS = ("ndcg@10", "recall@100", "mrr", "map")
 
 
@@ -191,7 +191,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         run = read_run(args.run, provenance=True)
         result = evaluate_run(qrels, run, metrics)
     except (IngestError, ValueError, OSError) as exc:
-        errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        print_error(exc, errors)
         return EXIT_BAD_INPUT
     if result.per_query.height == 0:
         errors.print(f"[red]error:[/red] no query is in both {args.qrels} and {args.run} "

@@ -25,6 +25,7 @@ from msprlab.engine.batch import WEIGHTS
 from msprlab.engine.config import ConfigError, EdgesConfig, IntentConfig, RoleConfig
 from msprlab.engine.roles import POLICY_NAMES
 
+from .errors import ExperimentError
 from .metrics import parse_metric
 from .replay import FREQUENCY_MODES
 from .splits import SplitSpec
@@ -39,10 +40,6 @@ SOURCES = ("locomo-log", "synthetic", "scifact", "store")
 ARMS = ("off", "on-zero", "personal", "frequency", "success", "intent", "roles", "all")
 SAMPLERS = ("tpe", "cmaes", "random")
 PRUNERS = ("none", "wilcoxon")
-
-
-class ExperimentError(ValueError):
-    """A definition that cannot run: which file, which key, what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +197,19 @@ _NO_EFFECT = (
 )
 
 
+def replayable_engine(engine_dict: dict[str, Any], replay: ReplaySection) -> EngineConfig:
+    """The engine config of a definition, validated and refused where the replay could not
+    honour a setting. Every path from a TOML to a ranking goes through here (the regress
+    gate's [ranker] block too), so no entry point skips a refusal."""
+    ignored: list[str] = []
+    try:
+        engine = config_from_dict(engine_dict, ignored=ignored)
+    except ConfigError as exc:
+        raise ExperimentError(f"engine: {exc}") from None
+    _refuse_unreplayable(engine, ignored, replay)
+    return engine
+
+
 def _refuse_unreplayable(engine: EngineConfig, ignored: list[str],
                          replay: ReplaySection) -> None:
     """Every engine setting reaches the replay (and its scoring), or the definition is
@@ -285,15 +295,10 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
     except ValueError as exc:
         raise ExperimentError(str(exc)) from None
     engine_dict = raw.get("engine", {})
-    ignored: list[str] = []
-    try:
-        engine = config_from_dict(engine_dict, ignored=ignored)
-    except ConfigError as exc:
-        raise ExperimentError(f"engine: {exc}") from None
     replay = _section(ReplaySection, raw.get("replay"), "replay")
     _choice("replay.frequency", replay.frequency, FREQUENCY_MODES)
     _choice("replay.policy", replay.policy, POLICY_NAMES)
-    _refuse_unreplayable(engine, ignored, replay)
+    engine = replayable_engine(engine_dict, replay)
     metrics = _section(MetricsSection, raw.get("metrics"), "metrics")
     for metric in (*metrics.names, metrics.primary):
         try:

@@ -21,10 +21,10 @@ from msprlab.datasets.schema import Dataset
 from msprlab.datasets.store import IngestReport, StoreConflictError, ingest
 from msprlab.datasets.store import Progress as ProgressCallback
 from msprlab.datasets.validate import IngestError
+from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error
 
 __all__ = ["add_ingest_commands", "add_store_arguments", "run_ingest"]
 
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
 
 def _bar(progress: Progress, description: str) -> ProgressCallback:
@@ -56,7 +56,7 @@ def run_ingest(read: Callable[[ProgressCallback], Dataset], store: Path, *, repl
             ds = read(_bar(progress, f"reading {what}"))
             report = ingest(ds, store, replace=replace, progress=_bar(progress, f"writing {store}"))
     except (IngestError, StoreConflictError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        print_error(exc, console)
         console.print("nothing was written", highlight=False)
         return EXIT_BAD_INPUT
     _print_report(console, report)

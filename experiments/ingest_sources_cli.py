@@ -54,7 +54,8 @@ from msprlab.datasets.sources.scifact import SPLITS
 from msprlab.datasets.store import Progress as ProgressCallback
 from msprlab.datasets.synthetic import SIGNALS, PlantedWeights, SyntheticSpec
 from msprlab.engine import EngineConfig, config_from_dict
-from msprlab.experiments.ingest_cli import EXIT_BAD_INPUT, EXIT_OK, add_store_arguments, run_ingest
+from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error
+from msprlab.experiments.ingest_cli import add_store_arguments, run_ingest
 
 if TYPE_CHECKING:
     from msprlab.datasets.embed import Embedder
@@ -144,7 +145,7 @@ def _log_spec(args: argparse.Namespace, *, max_grade: int) -> LogSpec:
 
 
 def _bad_options(console: Console, exc: Exception) -> int:
-    console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+    print_error(exc, console)
     console.print("nothing was written", highlight=False)
     return EXIT_BAD_INPUT
 

@@ -26,6 +26,7 @@ from msprlab.engine.config import as_dict
 from msprlab.engine.roles import RolePolicy, policy_from_name
 
 from .ablation import REFERENCES, AblationResult, ladder, ladder_arms, side_effects, switches
+from .errors import ExperimentError
 from .evaluation import Arm, Scorer, arm_of
 from .experiment_config import ExperimentConfig
 from .metrics import parse_metric
@@ -91,7 +92,7 @@ def _build(cfg: ExperimentConfig, progress: Stage) -> tuple[Dataset, dict[str, A
         corpus = build.build_scifact(d.split)
         progress("embedding abstracts and claims", 1, 2)
         return build.static_log(corpus, embedder), None
-    raise ValueError(f"dataset.source {d.source!r} cannot be built")
+    raise ExperimentError(f"dataset.source {d.source!r} cannot be built")
 
 
 def _verdicts(max_grade: int) -> Any:

@@ -31,12 +31,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from msprlab.engine import config_from_dict
 from msprlab.engine.batch import WEIGHTS
+from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, print_error
 
 from . import pipeline as P
 from .evaluation import Arm, Scorer, arm_of
-from .experiment_config import ExperimentError, load_experiment
+from .experiment_config import ExperimentError, load_experiment, replayable_engine
 from .metrics import parse_metric
 from .stats import noninferior
 
@@ -44,7 +44,6 @@ __all__ = ["DEFAULT_DEFINITION", "add_regress_command", "run_regress"]
 
 DEFAULT_DEFINITION = Path(__file__).parent / "configs" / "regress" / "gate.toml"
 BASELINE_DIR = Path(__file__).parent / "regress"
-EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,7 @@ class Gate:
     seed: int
     ranker: dict[str, Any]   # a ContextKit config dict: the committed weights and switches
     baseline_dir: Path
+    source: Path = Path("gate.toml")
 
 
 def load_gate(path: Path) -> Gate:
@@ -78,13 +78,52 @@ def load_gate(path: Path) -> Gate:
     return Gate(experiments,
                 tuple(raw.get("metrics", ("ndcg@10",))), margin,
                 int(raw.get("min_support", 30)), int(raw.get("bootstrap", 1000)),
-                int(raw.get("seed", 0)), dict(raw.get("ranker", {})), folder)
+                int(raw.get("seed", 0)), dict(raw.get("ranker", {})), folder, Path(path))
+
+
+def read_baseline(path: Path, metrics: tuple[str, ...]) -> tuple[pl.DataFrame, str]:
+    """The committed per-search values and their dataset digest. A missing, corrupt,
+    truncated or foreign baseline is bad input (exit 2), never read as a regression."""
+    meta_path = path.with_suffix(".json")
+    if not path.is_file():
+        raise ExperimentError(f"{path}: no baseline; create it with `msprlab regress --update`")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ExperimentError(f"{meta_path}: not a readable baseline description ({exc}); "
+                              "restore it from git or rewrite with `msprlab regress --update`"
+                              ) from None
+    digest = meta.get("dataset_digest") if isinstance(meta, dict) else None
+    if not isinstance(digest, str) or not digest:
+        raise ExperimentError(f"{meta_path}: no dataset_digest; restore it from git or "
+                              "rewrite with `msprlab regress --update`")
+    try:
+        frame = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise ExperimentError(f"{path}: not a readable Parquet baseline "
+                              f"({type(exc).__name__}); restore it from git or rewrite with "
+                              "`msprlab regress --update`") from None
+    wanted = {"event_id": pl.Int64, "intent": pl.String, "question_type": pl.String,
+              **dict.fromkeys(metrics, pl.Float64)}
+    for column, dtype in wanted.items():
+        if frame.schema.get(column) != dtype:
+            found = frame.schema.get(column)
+            raise ExperimentError(
+                f"{path}: not a baseline of this gate: column {column!r} is "
+                f"{'missing' if found is None else found} (expected {dtype}); rewrite with "
+                "`msprlab regress --update`")
+    if frame["event_id"].is_duplicated().any():
+        raise ExperimentError(f"{path}: event_id repeats; not a per-search baseline")
+    return frame, digest
 
 
 def _scores(gate: Gate, experiment: str, root: Path) -> tuple[pl.DataFrame, str, Arm]:
     """Per-search values of the committed ranker on one benchmark, and its data digest."""
     cfg = load_experiment(experiment)
-    ranker = config_from_dict(_merge(cfg.engine_dict, gate.ranker))
+    try:  # the same validation and refusals as a definition's own [engine] block
+        ranker = replayable_engine(_merge(cfg.engine_dict, gate.ranker), cfg.replay)
+    except ExperimentError as exc:
+        raise ExperimentError(f"{gate.source}: [ranker] on {experiment}: {exc}") from None
     store = P.prepare_store(cfg, root)
     prepared = P.tables(cfg, store, {"ranker": ranker})
     table = prepared.table("ranker")
@@ -147,12 +186,14 @@ def compare_to_baseline(new: pl.DataFrame, old: pl.DataFrame, gate: Gate,
 
 def run_regress(definition: Path, root: Path, *, update: bool, console: Console) -> int:
     gate = load_gate(definition)
+    paths = [gate.baseline_dir / f"{Path(e).stem}.parquet" for e in gate.experiments]
+    # Every baseline is checked before any replay: bad input fails in a second, not later.
+    baselines = {} if update else {p: read_baseline(p, gate.metrics) for p in paths}
     results = []
     failures: list[str] = []
-    for experiment in gate.experiments:
+    for experiment, path in zip(gate.experiments, paths, strict=True):
         started = time.perf_counter()
         frame, digest, arm = _scores(gate, experiment, root)
-        path = gate.baseline_dir / f"{Path(experiment).stem}.parquet"
         meta_path = path.with_suffix(".json")
         console.print(f"{experiment}: {frame.height:,} searches scored in "
                       f"{time.perf_counter() - started:.0f} s (data {digest[:12]}; weights "
@@ -166,19 +207,15 @@ def run_regress(definition: Path, root: Path, *, update: bool, console: Console)
                                              "searches": frame.height}, indent=2) + "\n")
             console.print(f"  baseline rewritten: {path}", highlight=False)
             continue
-        if not path.is_file():
-            failures.append(f"{experiment}: no baseline at {path}; create it with "
-                            "`msprlab regress --update`")
-            continue
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if meta["dataset_digest"] != digest:
+        baseline, baseline_digest = baselines[path]
+        if baseline_digest != digest:
             failures.append(f"{experiment}: the benchmark data changed (dataset digest "
-                            f"{digest[:12]}, baseline {meta['dataset_digest'][:12]}): the "
+                            f"{digest[:12]}, baseline {baseline_digest[:12]}): the "
                             "searches cannot be paired; review, then `msprlab regress "
                             "--update`")
             continue
         try:
-            results.append(compare_to_baseline(frame, pl.read_parquet(path), gate, experiment))
+            results.append(compare_to_baseline(frame, baseline, gate, experiment))
         except ValueError as exc:
             failures.append(str(exc))
     if update:
@@ -192,7 +229,7 @@ def run_regress(definition: Path, root: Path, *, update: bool, console: Console)
     for failure in failures:
         console.print(f"[red]regression:[/red] {failure}", highlight=False)
     if failures:
-        return EXIT_FAIL
+        return EXIT_FINDING
     console.print(f"no regression: every group within the margin {gate.margin} "
                   f"(non-inferiority, paired bootstrap 95% CI, {gate.n_resamples} resamples)")
     return EXIT_OK
@@ -231,7 +268,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         return run_regress(args.definition, Path(args.root), update=args.update,
                            console=console)
     except (ExperimentError, FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(exc, console)
         return EXIT_BAD_INPUT
 
 

@@ -97,6 +97,8 @@ from msprlab.engine.search import (
     vector_hits,
 )
 
+from .errors import ExperimentError
+
 __all__ = ["FEEDBACK_POLICY", "FREQUENCY_MODES", "CandidateTable", "FrequencyMode",
            "featurize_config", "replay", "table_key"]
 
@@ -290,13 +292,13 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
         reproduce (tests and `msprlab replay --check`); in `logged` mode it doubles the cost.
     """
     if frequency not in FREQUENCY_MODES:
-        raise ValueError(f"frequency must be one of {FREQUENCY_MODES}, got {frequency!r}")
+        raise ExperimentError(f"frequency must be one of {FREQUENCY_MODES}, got {frequency!r}")
     if not (config.context_graph_enabled and config.retrieval.enabled):
-        raise ValueError("replay: context_graph.enabled and context_graph.retrieval.enabled "
-                         "must be on: without the graph path the library returns the vector "
-                         "hits as they are and there is no ranking to tune")
+        raise ExperimentError("replay: context_graph.enabled and context_graph.retrieval.enabled "
+                              "must be on: without the graph path the library returns the vector "
+                              "hits as they are and there is no ranking to tune")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-        raise ValueError(f"replay: limit must be an integer or None, got {limit!r}")
+        raise ExperimentError(f"replay: limit must be an integer or None, got {limit!r}")
     with _gc_paused():
         return _replay(ds, config, frequency=frequency, limit=limit, policy=policy,
                        classifier=classifier, progress=progress,
@@ -328,8 +330,8 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     """`replay` past its argument checks."""
     corpus = corpus_of(ds)
     if corpus.vectors is None:
-        raise ValueError("replay: the dataset has no memory embeddings, so the dense seeds "
-                         "cannot be found; ingest it with an embedder")
+        raise ExperimentError("replay: the dataset has no memory embeddings, so the dense seeds "
+                              "cannot be found; ingest it with an embedder")
     vectors, seeds_from = _query_vectors(ds, corpus)
     run = featurize_config(config, frequency)
     state = new_state(run, classifier=classifier, policy=policy)
@@ -539,13 +541,13 @@ def _query_vectors(ds: Dataset, corpus: Any) -> tuple[np.ndarray, str]:
         embedder = ds.embeddings["embedder"][0] if ds.embeddings.height else None
         mine = stored.filter(pl.col("embedder") == embedder) if embedder else stored
         if mine.height == 0:
-            raise ValueError(f"replay: query_embeddings hold no vectors of the memories' "
-                             f"embedder {embedder!r} (found {stored['embedder'].unique()})")
+            raise ExperimentError(f"replay: query_embeddings hold no vectors of the memories' "
+                                  f"embedder {embedder!r} (found {stored['embedder'].unique()})")
         row_of = {q: i for i, q in enumerate(mine["query_id"].to_list())}
         missing = [q for q in corpus.query_ids if q not in row_of]
         if missing:
-            raise ValueError(f"replay: {len(missing)} queries have no stored query vector "
-                             f"(first: {missing[0]!r})")
+            raise ExperimentError(f"replay: {len(missing)} queries have no stored query vector "
+                                  f"(first: {missing[0]!r})")
         matrix = vector_matrix(mine["vector"]).astype(np.float32)
         take = [row_of[q] for q in corpus.query_ids]
         return unit_rows(matrix[take].astype(np.float64)), f"stored query vectors ({embedder})"

@@ -21,13 +21,13 @@ from msprlab.engine import EngineConfig, config_from_dict
 from msprlab.engine.batch import WEIGHTS, row_ranks, scores
 from msprlab.engine.config import ConfigError
 from msprlab.engine.roles import POLICY_NAMES, RolePolicy, policy_from_name
+from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, print_error
 
 from .evaluation import ranked_lists
 from .replay import FREQUENCY_MODES, CandidateTable, cached_replay, replay
 
 __all__ = ["add_replay_command", "all_signals_config", "load_engine_config"]
 
-EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 ALL_SIGNALS = {"context_graph": {"enabled": True},
                "mspr": {"enabled": True, "feedback": {"enabled": True},
@@ -83,13 +83,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         config = load_engine_config(args.config)
         policy = _policy(args.policy, config)
     except (ConfigError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(exc, console)
         return EXIT_BAD_INPUT
     from msprlab.datasets.store import load_dataset
     try:
         ds = load_dataset(args.store)
     except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(exc, console)
         return EXIT_BAD_INPUT
     searches = int((ds.events["kind"] == "search").sum())
     started = time.perf_counter()
@@ -112,7 +112,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                               limit=args.limit, policy=policy,
                                               progress=report, seed_index=index)
         except ValueError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            print_error(exc, console)
             return EXIT_BAD_INPUT
     seconds = time.perf_counter() - started
     _summary(console, table, cached=cached, seconds=seconds, logged_searches=searches)
@@ -136,7 +136,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         console.print(f"batch scorer vs sequential engine: {agree:,}/{len(engine):,} "
                       "searches ranked identically")
         if agree != len(engine):
-            return EXIT_FAIL
+            return EXIT_FINDING
     return EXIT_OK
 
 

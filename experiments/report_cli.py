@@ -14,9 +14,10 @@ from typing import Any
 
 from rich.console import Console
 
+from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error
+
 __all__ = ["add_report_command"]
 
-EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 DEFAULT_DOWNLOADS = Path("out")
 
@@ -77,7 +78,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         folder = _bundle_folder(args.run, args.tracking_uri, args.out)
         results = load_bundle(folder)
     except (_NotABundle, BundleError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(exc, console)
         return EXIT_BAD_INPUT
     html, markdown = write_report(results, args.out or folder)
     if results.missing:

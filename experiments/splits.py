@@ -18,6 +18,8 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from .errors import ExperimentError
+
 __all__ = ["SPLIT_LABELS", "SplitSpec", "split_searches", "time_split", "window_split"]
 
 SPLIT_LABELS = ("train", "gap", "test")
@@ -36,14 +38,15 @@ class SplitSpec:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError(f"split: test_fraction must be in (0, 1), got {self.test_fraction!r}")
+            raise ExperimentError(
+                f"split: test_fraction must be in (0, 1), got {self.test_fraction!r}")
         if self.gap < timedelta(0):
-            raise ValueError(f"split: gap must be >= 0, got {self.gap}")
+            raise ExperimentError(f"split: gap must be >= 0, got {self.gap}")
         if (self.train_end is None) != (self.test_start is None):
-            raise ValueError("split: give both train_end and test_start, or neither")
+            raise ExperimentError("split: give both train_end and test_start, or neither")
         if self.train_end is not None and self.test_start is not None \
                 and self.test_start < self.train_end:
-            raise ValueError(f"split: test_start {self.test_start} is before train_end "
+            raise ExperimentError(f"split: test_start {self.test_start} is before train_end "
                              f"{self.train_end}")
 
 

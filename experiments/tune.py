@@ -69,6 +69,7 @@ from optuna.trial import FrozenTrial, TrialState
 from msprlab.engine import EngineConfig
 from msprlab.engine.batch import INTENTS, WEIGHTS
 
+from .errors import ExperimentError
 from .evaluation import Arm, Scorer
 from .metrics import parse_metric
 
@@ -115,22 +116,22 @@ class SearchSpace:
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranges, Mapping) or not self.ranges:
-            raise ValueError("SearchSpace: name at least one weight to search "
-                             f"({', '.join(WEIGHTS)}), got {self.ranges!r}")
+            raise ExperimentError("SearchSpace: name at least one weight to search "
+                                  f"({', '.join(WEIGHTS)}), got {self.ranges!r}")
         if unknown := [name for name in self.ranges if name not in WEIGHTS]:
-            raise ValueError(f"SearchSpace: unknown weights {unknown}; the weights are "
-                             f"{', '.join(WEIGHTS)}")
+            raise ExperimentError(f"SearchSpace: unknown weights {unknown}; the weights are "
+                                  f"{', '.join(WEIGHTS)}")
         if not isinstance(self.fixed, Mapping) or not all(
                 isinstance(why, str) and why for why in self.fixed.values()):
-            raise ValueError("SearchSpace: fixed must map weights to the reason each is held "
-                             f"at 0, e.g. {{'zeta_success': 'mspr.success off'}}, got "
-                             f"{self.fixed!r}")
+            raise ExperimentError("SearchSpace: fixed must map weights to the reason each is held "
+                                  f"at 0, e.g. {{'zeta_success': 'mspr.success off'}}, got "
+                                  f"{self.fixed!r}")
         if unknown := [name for name in self.fixed if name not in WEIGHTS]:
-            raise ValueError(f"SearchSpace: unknown fixed weights {unknown}; the weights are "
-                             f"{', '.join(WEIGHTS)}")
+            raise ExperimentError(f"SearchSpace: unknown fixed weights {unknown}; the weights are "
+                                  f"{', '.join(WEIGHTS)}")
         if both := [name for name in WEIGHTS if name in self.ranges and name in self.fixed]:
-            raise ValueError(f"SearchSpace: {', '.join(both)} both searched and fixed at 0; "
-                             "leave each out of one of them")
+            raise ExperimentError(f"SearchSpace: {', '.join(both)} both searched and fixed at 0; "
+                                  "leave each out of one of them")
         object.__setattr__(self, "fixed", {name: self.fixed[name] for name in WEIGHTS
                                            if name in self.fixed})
         ordered: dict[str, tuple[float, float]] = {}
@@ -140,13 +141,13 @@ class SearchSpace:
             given = self.ranges[name]
             if not (isinstance(given, tuple | list) and len(given) == 2
                     and all(_is_number(x) for x in given)):
-                raise ValueError(f"SearchSpace: {name} must be a (low, high) pair of numbers, "
-                                 f"got {given!r}")
+                raise ExperimentError(f"SearchSpace: {name} must be a (low, high) pair of numbers, "
+                                      f"got {given!r}")
             low, high = float(given[0]), float(given[1])
             if not 0.0 <= low < high <= 1.0:
-                raise ValueError(f"SearchSpace: `0 <= low < high <= 1` must hold for {name}, "
-                                 f"but got ({low}, {high}); to fix a weight, leave it out of "
-                                 "the space (it then keeps the base arm's value)")
+                raise ExperimentError(f"SearchSpace: `0 <= low < high <= 1` must hold for {name}, "
+                                      f"but got ({low}, {high}); to fix a weight, leave it out of "
+                                      "the space (it then keeps the base arm's value)")
             ordered[name] = (low, high)
         object.__setattr__(self, "ranges", ordered)
 
@@ -203,9 +204,9 @@ def search_space(ranges: Mapping[str, tuple[float, float]], config: EngineConfig
     fixed = fixed_weights(config)
     searched = {name: bounds for name, bounds in ranges.items() if name not in fixed}
     if ranges and not searched:
-        raise ValueError(f"tune: every weight in the search space is fixed at 0 "
-                         f"({', '.join(f'{n} ({fixed[n]})' for n in ranges)}); add a weight "
-                         "whose signal is on to tune.ranges, or switch its signal on")
+        raise ExperimentError(f"tune: every weight in the search space is fixed at 0 "
+                              f"({', '.join(f'{n} ({fixed[n]})' for n in ranges)}); add a weight "
+                              "whose signal is on to tune.ranges, or switch its signal on")
     return SearchSpace(searched, fixed=fixed)
 
 
@@ -219,12 +220,12 @@ class Objective:
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str):
-            raise ValueError(f"Objective: metric must be a name such as 'ndcg@10', "
-                             f"got {self.metric!r}")
+            raise ExperimentError(f"Objective: metric must be a name such as 'ndcg@10', "
+                                  f"got {self.metric!r}")
         object.__setattr__(self, "metric", parse_metric(self.metric).name)  # canonical name
         if self.intent is not None and self.intent not in _LABELS:
-            raise ValueError(f"Objective: intent must be one of {', '.join(_LABELS)} or None, "
-                             f"got {self.intent!r}")
+            raise ExperimentError(f"Objective: intent must be one of {', '.join(_LABELS)} or None, "
+                                  f"got {self.intent!r}")
 
     def label(self) -> str:
         """The objective's name in results: "ndcg@10" or "ndcg@10/intent/FACTUAL"."""
@@ -369,8 +370,8 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     """
     objectives = tuple(objectives)
     if str(storage) == MEMORY and workers != 1:
-        raise ValueError("tune: an in-memory study (storage=':memory:') cannot be shared by "
-                         f"{workers} worker processes; use a journal file or an RDB URL")
+        raise ExperimentError("tune: an in-memory study (storage=':memory:') cannot be shared by "
+                              f"{workers} worker processes; use a journal file or an RDB URL")
     base = _with_fixed(base, space)
     _check_arguments(base, space, objectives, n_trials=n_trials, study_name=study_name,
                      seed=seed, sampler=sampler, pruner=pruner, workers=workers)
@@ -489,29 +490,30 @@ def _check_arguments(base: Arm, space: SearchSpace, objectives: tuple[Objective,
                      n_trials: int, study_name: str, seed: int, sampler: str, pruner: str,
                      workers: int) -> None:
     if not objectives:
-        raise ValueError("tune: give at least one Objective, e.g. [Objective('ndcg@10')]")
+        raise ExperimentError("tune: give at least one Objective, e.g. [Objective('ndcg@10')]")
     labels = [o.label() for o in objectives]
     if len(set(labels)) != len(labels):
-        raise ValueError(f"tune: objectives must differ, got {labels}")
+        raise ExperimentError(f"tune: objectives must differ, got {labels}")
     if not (_is_int(n_trials) and n_trials >= 1):
-        raise ValueError(f"tune: `n_trials >= 1` must hold, but got {n_trials!r}")
+        raise ExperimentError(f"tune: `n_trials >= 1` must hold, but got {n_trials!r}")
     if not (_is_int(workers) and workers >= 1):
-        raise ValueError(f"tune: `workers >= 1` must hold, but got {workers!r}")
+        raise ExperimentError(f"tune: `workers >= 1` must hold, but got {workers!r}")
     if not _is_int(seed):
-        raise ValueError(f"tune: seed must be an integer, got {seed!r}")
+        raise ExperimentError(f"tune: seed must be an integer, got {seed!r}")
     if not (isinstance(study_name, str) and study_name.strip()):
-        raise ValueError(f"tune: study_name must be a non-empty string, got {study_name!r}")
+        raise ExperimentError(f"tune: study_name must be a non-empty string, got {study_name!r}")
     if sampler not in SAMPLERS:
-        raise ValueError(f"tune: sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+        raise ExperimentError(f"tune: sampler must be one of {', '.join(SAMPLERS)}, "
+                              f"got {sampler!r}")
     if pruner not in PRUNERS:
-        raise ValueError(f"tune: pruner must be one of {', '.join(PRUNERS)}, got {pruner!r}")
+        raise ExperimentError(f"tune: pruner must be one of {', '.join(PRUNERS)}, got {pruner!r}")
     single = [f"{option}={value!r}" for option, value in (("sampler", sampler),
                                                            ("pruner", pruner))
               if value in ("cmaes", "wilcoxon")]
     if single and len(objectives) > 1:
-        raise ValueError(f"tune: {' and '.join(single)} handles a single objective, but got "
-                         f"{len(objectives)} ({', '.join(labels)}); use sampler='tpe' or "
-                         "'random' without a pruner for a Pareto front")
+        raise ExperimentError(f"tune: {' and '.join(single)} handles a single objective, but got "
+                              f"{len(objectives)} ({', '.join(labels)}); use sampler='tpe' or "
+                              "'random' without a pruner for a Pareto front")
     if sampler == "cmaes":
         import importlib.util
         if importlib.util.find_spec("cmaes") is None:
@@ -520,9 +522,10 @@ def _check_arguments(base: Arm, space: SearchSpace, objectives: tuple[Objective,
     for name, (low, high) in space.ranges.items():
         value = base.weights[WEIGHTS.index(name)]
         if not low <= value <= high:
-            raise ValueError(f"tune: the base arm's {name} = {value} lies outside its searched "
-                             f"range ({low}, {high}), so the baseline cannot be trial 0; "
-                             "widen the range to include it")
+            raise ExperimentError(f"tune: the base arm's {name} = {value} lies outside its "
+                                  f"searched range ({low}, {high}), so the baseline cannot be "
+                                  "trial 0; "
+                                  "widen the range to include it")
 
 
 def _with_fixed(base: Arm, space: SearchSpace) -> Arm:
@@ -541,9 +544,9 @@ def _prepare(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Obj
     computed = [m.name for m in train.metrics]
     for o in objectives:
         if o.metric not in computed:
-            raise ValueError(f"tune: objective {o.label()!r} needs the scorer to compute "
-                             f"{o.metric}, but it computes {', '.join(computed)}; build it "
-                             f"with Scorer.of(table, [..., parse_metric({o.metric!r})])")
+            raise ExperimentError(f"tune: objective {o.label()!r} needs the scorer to compute "
+                                  f"{o.metric}, but it computes {', '.join(computed)}; build it "
+                                  f"with Scorer.of(table, [..., parse_metric({o.metric!r})])")
     values = train.values(base)  # also refuses a table bound to other weights
     labels = train.table.searches["intent_label"].to_numpy()
     covered = []
@@ -554,9 +557,9 @@ def _prepare(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Obj
         if not keep.any():
             counts = dict(zip(*np.unique(labels[~np.isnan(values[o.metric])],
                                          return_counts=True), strict=True))
-            raise ValueError(f"tune: objective {o.label()!r} covers no train search with a "
-                             f"relevant memory; searches with one, by intent label: "
-                             f"{ {str(k): int(v) for k, v in counts.items()} }")
+            raise ExperimentError(f"tune: objective {o.label()!r} covers no train search with a "
+                                  f"relevant memory; searches with one, by intent label: "
+                                  f"{ {str(k): int(v) for k, v in counts.items()} }")
         covered.append(np.flatnonzero(keep))
     steps = None
     if pruner == "wilcoxon":
@@ -587,9 +590,9 @@ def _check_settings(study: optuna.Study, settings: dict[str, Any], spec: str) ->
     if differ := [k for k in keys if stored.get(k) != settings.get(k)]:
         detail = "; ".join(f"{k}: study has {stored.get(k)!r}, now {settings.get(k)!r}"
                            for k in differ)
-        raise ValueError(f"tune: study {study.study_name!r} in {spec} was created for other "
-                         f"settings ({detail}); resume it with the same ones or pick another "
-                         "study_name")
+        raise ExperimentError(f"tune: study {study.study_name!r} in {spec} was created for other "
+                              f"settings ({detail}); resume it with the same ones or pick another "
+                              "study_name")
 
 
 def _check_sampler(study: optuna.Study, sampler: dict[str, Any], spec: str, *,
@@ -610,7 +613,7 @@ def _check_sampler(study: optuna.Study, sampler: dict[str, Any], spec: str, *,
                     f"before samplers were stored); it runs with {shown(sampler)} from now on"]
         return []
     if not switch:
-        raise ValueError(
+        raise ExperimentError(
             f"tune: study {study.study_name!r} in {spec} runs with sampler {shown(stored)}, "
             f"not {shown(sampler)}; resume it with the same sampler (msprlab tune --sampler "
             f"{stored.get('name')}), or switch it knowingly with switch_sampler=True "

@@ -117,3 +117,52 @@ def test_non_inferiority_rule_on_a_planted_drop(gate_dir) -> None:
     verdict = compare_to_baseline(worse, old, gate, "tiny")
     assert not verdict.filter(pl.col("group_by") == "overall",
                               pl.col("metric") == "ndcg@10")["ok"].item()
+
+
+def _broken(gate_dir: Path, tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(gate_dir / "baseline", folder / "baseline")
+    (folder / "tiny.toml").write_text(BENCH)
+    (folder / "gate.toml").write_text(GATE)
+    return folder
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+BAD_BASELINES = {
+    "corrupt description": ("tiny.json", lambda p: p.write_text("{not json")),
+    "no digest": ("tiny.json", lambda p: p.write_text('{"searches": 300}')),
+    "truncated parquet": ("tiny.parquet", _truncate),
+    "empty parquet": ("tiny.parquet", lambda p: p.write_bytes(b"")),
+    "foreign parquet": ("tiny.parquet",
+                        lambda p: pl.DataFrame({"event_id": [1, 2]}).write_parquet(p)),
+    "missing": ("tiny.parquet", lambda p: p.unlink()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BASELINES))
+def test_a_bad_baseline_is_bad_input_not_a_regression(gate_dir, tmp_path, capsys,
+                                                      case) -> None:
+    from msprlab.experiments.cli import main
+    folder = _broken(gate_dir, tmp_path, case.replace(" ", "-"))
+    name, damage = BAD_BASELINES[case]
+    damage(folder / "baseline" / name)
+    code = main(["regress", "--definition", str(folder / "gate.toml"), "--root", str(folder)])
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert code == 2, text
+    assert "Traceback" not in text
+    assert "tiny." in text and "searches scored" not in text  # refused before any replay
+
+
+def test_the_ranker_block_meets_the_same_refusals_as_a_definition(gate_dir, tmp_path,
+                                                                   capsys) -> None:
+    from msprlab.experiments.cli import main
+    folder = _broken(gate_dir, tmp_path, "refused")
+    (folder / "gate.toml").write_text(GATE + '[ranker.mspr.intent]\nstrategy = "llm"\n')
+    code = main(["regress", "--definition", str(folder / "gate.toml"), "--root", str(folder)])
+    text = " ".join(capsys.readouterr().out.split())
+    assert code == 2, text
+    assert "[ranker]" in text and "mspr.intent.strategy" in text and "gate.toml" in text
