@@ -217,6 +217,23 @@ def compare_units(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], cfg: Exp
         for unit in UNITS], how="diagonal_relaxed")
 
 
+def side_effect_frame(on_zero: pl.DataFrame, effects: Mapping[str, pl.DataFrame],
+                      cfg: ExperimentConfig, *, top10_changed: Mapping[str, int],
+                      searches: int) -> pl.DataFrame:
+    """Each block's effect at zero weight: one family over the blocks, each block-off arm
+    (`no-feedback`, ...) against on-zero, flipped so the delta reads as on-zero minus the
+    arm without the block; with the number of searches whose top 10 that block changes."""
+    raw = compare_units(on_zero, effects, cfg, reference="on-zero", group_cols=())
+    return raw.with_columns(
+        block=pl.col("arm").str.strip_prefix("no-"),
+        mean_base=pl.col("mean_arm"), mean_arm=pl.col("mean_base"),
+        delta=0.0 - pl.col("delta"), ci_low=0.0 - pl.col("ci_high"),
+        ci_high=0.0 - pl.col("ci_low"),  # 0.0 - x: no -0.0 where nothing moved
+        top10_changed=pl.col("arm").replace_strict(dict(top10_changed),
+                                                   return_dtype=pl.Int64),
+        searches=pl.lit(searches, dtype=pl.Int64))
+
+
 def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, EngineConfig],
            *, window: str = "test", effects: Mapping[str, EngineConfig] | None = None,
            ) -> AblationResult:
@@ -242,20 +259,11 @@ def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, Engi
         notes.append("no reference arm (off or on-zero) beside another arm: no comparisons")
     side = pl.DataFrame()
     if effects and "on-zero" in frames:
-        # One family over the blocks: each block-off arm against on-zero, then flipped so
-        # that the delta reads as the block's effect (on-zero - without it).
-        raw = compare_units(frames["on-zero"], {n: frames[n] for n in effects}, cfg,
-                            reference="on-zero", group_cols=())
         top = [ids[:10] for ids in rankings["on-zero"]]
         changed = {name: sum(a != b[:10] for a, b in zip(top, rankings[name], strict=True))
                    for name in effects}
-        side = raw.with_columns(
-            block=pl.col("arm").str.strip_prefix("no-"),
-            mean_base=pl.col("mean_arm"), mean_arm=pl.col("mean_base"),
-            delta=0.0 - pl.col("delta"), ci_low=0.0 - pl.col("ci_high"),
-            ci_high=0.0 - pl.col("ci_low"),  # 0.0 - x: no -0.0 where nothing moved
-            top10_changed=pl.col("arm").replace_strict(changed, return_dtype=pl.Int64),
-            searches=pl.lit(len(top), dtype=pl.Int64))
+        side = side_effect_frame(frames["on-zero"], {n: frames[n] for n in effects}, cfg,
+                                 top10_changed=changed, searches=len(top))
     match = pl.DataFrame([
         {"arm": name, **dict(zip(("matched", "logged"),
                                  scorers[prepared.key_of[name]].match_rate(

@@ -9,13 +9,15 @@ what `experiments.stats.compare` computed.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-__all__ = ["ALPHA", "LOW_SUPPORT_MARK", "ComparisonRow", "comparison_rows", "fmt", "fmt_ci",
-           "fmt_delta", "fmt_p", "group_label", "methods", "primary_metric", "significance"]
+__all__ = ["ALPHA", "EXPLAIN", "LOW_SUPPORT_MARK", "ComparisonRow", "comparison_rows", "fmt",
+           "fmt_ci", "fmt_delta", "fmt_p", "group_label", "methods", "primary_metric",
+           "significance"]
 
 ALPHA = 0.05
 LOW_SUPPORT_MARK = "†"
@@ -118,16 +120,50 @@ def comparison_rows(comparison: pl.DataFrame, metric: str,
     return rows
 
 
+# What every delta in the report is against, and why on-zero differs; one sentence.
+EXPLAIN = ("Deltas are against `off` (MSPR disabled: the context graph alone, the ranking the "
+           "rollout decision is about); `on-zero` (MSPR on, new weights at 0) differs from "
+           "it by what recording verdicts and accesses does to relevance by itself, so a "
+           "delta against `on-zero` (in the bundle) leaves that effect out. Labels: the "
+           "dataset's qrels; n counts distinct questions.")
+
+
 def methods(comparison: pl.DataFrame) -> list[str]:
-    """The method statements of a comparison frame, one line each (distinct values)."""
+    """The method statements of a comparison frame, one line each (distinct values). The
+    tests' lines come from the rows inside the correction's family only (a row below the
+    minimum support is not tested), and the exact sign-flip variants, which differ only in
+    n, are merged into one line."""
     lines = []
+    tested = comparison.filter(pl.col("tested")) if "tested" in comparison.columns \
+        else comparison
     for column, what in (("ci_method", "CI of the delta"), ("t_test", "t-test"),
                          ("permutation_test", "permutation test"),
                          ("correction", "multiple-testing correction")):
-        if column in comparison.columns:
-            values = comparison.get_column(column).unique(maintain_order=True).to_list()
-            lines += [f"{what}: {v}" for v in values if v]
+        frame = comparison if column in ("ci_method", "correction") else tested
+        if column in frame.columns:
+            values = frame.get_column(column).unique(maintain_order=True).to_list()
+            lines += [f"{what}: {v}" for v in _merge_exact([v for v in values if v])]
     return lines
+
+
+_EXACT = re.compile(r"^(.*exact, all 2\^n sign flips) \(n = (\d+)\)(.*)$")
+
+
+def _merge_exact(values: list[str]) -> list[str]:
+    merged: dict[tuple[str, str], list[int]] = {}
+    out: list[str] = []
+    for value in values:
+        match = _EXACT.match(value)
+        if match is None:
+            out.append(value)
+            continue
+        key = (match.group(1), match.group(3))
+        if key not in merged:
+            merged[key] = []
+            out.append(key)  # type: ignore[arg-type]  # replaced below, keeps the order
+        merged[key].append(int(match.group(2)))
+    return [f"{v[0]} (n = {', '.join(map(str, sorted(merged[v])))}){v[1]}"
+            if isinstance(v, tuple) else v for v in out]
 
 
 def primary_metric(provenance: dict[str, Any] | None, *frames: pl.DataFrame | None) -> str | None:

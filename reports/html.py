@@ -19,6 +19,7 @@ import polars as pl
 from . import plots
 from ._format import (
     ALPHA,
+    EXPLAIN,
     LOW_SUPPORT_MARK,
     comparison_rows,
     fmt,
@@ -119,7 +120,8 @@ def _ablation(results: Results, primary: str | None) -> dict[str, Any] | None:
     comparison = results.ablation_comparison
     out: dict[str, Any] = {"notes": list(results.ablation_notes), "chart": None,
                            "matrices": [], "comparison": None, "means": None, "arms": None,
-                           "per_query": results.ablation_per_query}
+                           "per_query": results.ablation_per_query,
+                           "side_effects": _side_effects(results, primary)}
     metrics = _metrics(comparison, results.ablation_summary)
     if comparison is not None and comparison.height and primary is not None:
         out["chart"] = _data_uri(plots.ablation_chart(comparison, primary))
@@ -131,6 +133,19 @@ def _ablation(results: Results, primary: str | None) -> dict[str, Any] | None:
     if results.ablation_arms is not None:
         out["arms"] = _frame_rows(results.ablation_arms)
     return out
+
+
+def _side_effects(results: Results, primary: str | None) -> list[dict[str, str]]:
+    """One row per block and unit: the block's effect on the ranking at zero weight."""
+    effects = results.side_effects
+    if effects is None or primary is None:
+        return []
+    return [{"block": r["block"], "unit": f"per {r['unit']}", "n": fmt(r["n"]),
+             "without": fmt(r["mean_base"]), "with": fmt(r["mean_arm"]),
+             "delta": fmt_delta(r["delta"]), "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
+             "changed": f"{r['top10_changed'] / max(1, r['searches']):.1%}"}
+            for r in effects.filter(pl.col("metric") == primary,
+                                    pl.col("group_by") == "overall").iter_rows(named=True)]
 
 
 def _test(results: Results, primary: str | None) -> dict[str, Any] | None:
@@ -254,7 +269,8 @@ def render_html(results: Results) -> str:
     return environment.get_template(TEMPLATE.name).render(
         title=record.get("experiment") or results.folder.name, bundle=results.folder.name,
         command=record.get("command"), primary=primary, alpha=ALPHA,
-        low_mark=LOW_SUPPORT_MARK, min_support=min_support, missing=results.missing,
+        low_mark=LOW_SUPPORT_MARK, min_support=min_support, explain=EXPLAIN,
+        missing=results.missing,
         glance=_glance(results, primary, view), test=_test(results, primary),
         ablation=_ablation(results, primary), study=_study(results, view),
         weights=_weights(results, view), audit=_audit(results),

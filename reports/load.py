@@ -47,9 +47,14 @@ def headline(comparison: pl.DataFrame | None) -> pl.DataFrame | None:
         return None
     if "reference" in comparison.columns:
         comparison = comparison.filter(pl.col("reference") == REFERENCE)
-    if "unit" in comparison.columns:
-        comparison = comparison.filter(pl.col("unit") == "query")
-    return comparison
+    return per_query(comparison)
+
+
+def per_query(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The per-query rows (the report's unit) of a summary or comparison frame."""
+    if frame is not None and "unit" in frame.columns:
+        return frame.filter(pl.col("unit") == "query")
+    return frame
 
 
 def _per_search(part: Path) -> dict[str, int]:
@@ -159,7 +164,7 @@ def load_bundle(folder: Path | str) -> Results:
     notes = document("ablation/notes.json")
     return Results(
         folder=folder, provenance=provenance,
-        ablation_summary=frame("ablation/summary.parquet", SUMMARY_COLUMNS),
+        ablation_summary=per_query(frame("ablation/summary.parquet", SUMMARY_COLUMNS)),
         ablation_comparison=headline(frame("ablation/comparison.parquet", COMPARISON_COLUMNS)),
         ablation_arms=frame("ablation/arms.parquet", ("name",)),
         ablation_notes=() if notes is None else _notes(notes, folder / "ablation/notes.json"),

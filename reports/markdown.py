@@ -1,6 +1,6 @@
 """The markdown summary: headline tables and provenance, for a PR comment or a notebook.
 
-It holds the test-window comparison of the tuned weights against the baseline per intent
+It holds the test-window comparison of the tuned weights against off (MSPR disabled) per intent
 label and per dataset question type, the ablation deltas overall, the recommended weights
 and the provenance, all for the experiment's primary metric unless stated. It is a pure
 function of the bundle (no clock, no absolute paths but those recorded in the bundle), so
@@ -15,6 +15,7 @@ import polars as pl
 
 from ._format import (
     ALPHA,
+    EXPLAIN,
     LOW_SUPPORT_MARK,
     comparison_rows,
     fmt,
@@ -106,13 +107,6 @@ def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
     return [*out, *(f"- note: {n}" for n in results.ablation_notes), ""]
 
 
-EXPLAIN = ("Deltas are against `off` (MSPR disabled: the context graph alone, the ranking the "
-           "rollout decision is about); `on-zero` (MSPR on, new weights at 0) differs from "
-           "it by what recording verdicts and accesses does to relevance by itself, so a "
-           "delta against `on-zero` (in the bundle) leaves that effect out. Labels: the "
-           "dataset's qrels; n counts distinct questions.")
-
-
 def _side_effects_section(results: Results, metric: str) -> list[str]:
     effects = results.side_effects
     if effects is None or not effects.height:
@@ -127,7 +121,7 @@ def _side_effects_section(results: Results, metric: str) -> list[str]:
             for r in effects.filter(pl.col("metric") == metric,
                                     pl.col("group_by") == "overall").iter_rows(named=True)]
     out += _table(["block", "unit", "n", "without it", "on-zero", "effect", "95% CI",
-                   "top 10 changed"], rows, right=[False, False, *([True] * 6)])
+                   "searches whose top 10 changed"], rows, right=[False, False, *([True] * 6)])
     return [*out, ""]
 
 

@@ -69,9 +69,12 @@ def images(html: str) -> list[bytes]:
 def test_fixture_bundle_is_complete_and_small():
     results = load_bundle(BUNDLE)
     assert results.missing == ()
-    assert results.ablation_per_query == {"all": 120, "baseline": 120, "frequency": 120,
-                                          "personal": 120}
-    assert results.test_runs == {"baseline": 9, "tuned": 9}
+    assert results.ablation_per_query == dict.fromkeys(
+        ("all", "frequency", "no-feedback", "no-frequency", "no-success", "off", "on-zero",
+         "personal"), 120)
+    assert results.test_runs == {"off": 9, "on-zero": 9, "tuned": 9}
+    assert results.side_effects is not None and set(results.side_effects["block"]) == {
+        "feedback", "success", "frequency"}
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
     assert size < 200_000, f"report fixtures hold {size:,} bytes; keep them under 200 KB"
 
@@ -159,8 +162,10 @@ def test_markdown_holds_headline_tables_and_provenance():
     text = render_markdown(load_bundle(BUNDLE))
     for needle in ("### By intent label", "### By question type",
                    "## Ablation: change against off, overall (per query)",
-                   "| EXPLORATORY † | 6 |",            # below the minimum support of 20
-                   "Holm over 24 rows",                 # the method, from the frame
+                   "| EXPLORATORY † | 2 |",            # below the minimum support of 10
+                   "Holm over 18 tested rows",          # the method, from the frame
+                   "## Side effects at zero weight (ndcg@10)",
+                   "| feedback | per query | 40 |",
                    "**data digest**: d1ge57", "**git commit**: 0123456789abcdef",
                    "run 5f1e5f1e5f1e5f1e5f1e5f1e5f1e5f1e"):
         assert needle in text, needle
@@ -179,8 +184,11 @@ def test_html_is_self_contained_with_png_images(fixture_html: str):
     assert all(b"Software" not in p and b"matplotlib" not in p for p in pngs)
     for needle in ("1. Test window", "2. Ablation ladder", "3. Weight search",
                    "4. Recommended weights", "5. Isolation audit", "6. Provenance",
-                   "&#34;beta_bm25&#34;: 0.62", "Holm over 24 rows", '<th colspan="4">strict</th>',
-                   "PED-ANOVA (optuna.importance)", "best trial (41)"):
+                   "&#34;beta_bm25&#34;: 0.62", "Holm over 18 tested rows", '<th colspan="4">strict</th>',
+                   "PED-ANOVA (optuna.importance)", "best trial (41)",
+                   "Side effects at zero weight (ndcg@10)", "searches whose top 10 changed",
+                   "1. Test window: tuned weights against off, per query",
+                   "Means per arm, overall, per query"):
         assert needle in html, needle
 
 
@@ -243,7 +251,7 @@ def test_an_ablate_bundle_renders_its_ablation(bundle: Path):
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     html = render_html(load_bundle(bundle))
     assert len(images(html)) == 1  # the ablation chart
-    assert "ndcg@10 change against the baseline, by intent label" in html
+    assert "ndcg@10 change against off, by intent label" in html
 
 
 # ---- the command line ----------------------------------------------------------------------
@@ -365,3 +373,18 @@ def test_report_renders_in_headless_chromium(fixture_html: str, tmp_path: Path):
     assert text.count("<table") >= 10
     assert 'id="isolation"' in text and '<th colspan="4">compat</th>' in text
     assert time.perf_counter() - started < 60
+
+
+def test_the_html_means_are_per_query():
+    """The summary holds both units; the report's means table shows the per-query ones."""
+    results = load_bundle(BUNDLE)
+    summary = pl.read_parquet(BUNDLE / "ablation" / "summary.parquet")
+    query = summary.filter(pl.col("unit") == "query", pl.col("group_by") == "overall",
+                           pl.col("metric") == "ndcg@10", pl.col("arm") == "on-zero")
+    search = summary.filter(pl.col("unit") == "search", pl.col("group_by") == "overall",
+                            pl.col("metric") == "ndcg@10", pl.col("arm") == "on-zero")
+    assert query["mean"].item() != search["mean"].item()
+    html = render_html(results)
+    assert f"{query['mean'].item():.4f}" in html
+    assert results.ablation_summary is not None
+    assert set(results.ablation_summary["unit"]) == {"query"}
