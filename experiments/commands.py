@@ -260,6 +260,8 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
                       storage=journal, study_name=study_name,
                       workers=cfg.tune.workers if workers is None else workers,
                       switch_sampler=switch_sampler,
+                      on_recovered=lambda message: ctx.console.print(
+                          f"[yellow]recovered:[/yellow] {message}", highlight=False),
                       on_start=lambda held, target: ctx.console.print(
                           trials_message(held, target), highlight=False),
                       progress=lambda done, total: ctx.bar.update(task, completed=done,
@@ -285,7 +287,8 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     seconds = time.perf_counter() - started
     ctx.console.print(f"weight search: {result.added:,} new trials in {seconds:.1f} s on the "
                       f"train window ({train.searches.height:,} searches); the study holds "
-                      f"{result.trials.height:,}: {study_name} in {journal}", highlight=False)
+                      f"{result.held + result.added:,}: {study_name} in {journal}",
+                      highlight=False)
     ctx.console.print("best weights: " + ", ".join(
         f"{k} {v:.3f}" for k, v in zip(WEIGHTS, best.weights, strict=True)), highlight=False)
     for note in result.notes:
@@ -323,7 +326,7 @@ def study_summary(result: Any, n_trials: int, *, sampler: str | None = None,
                  for arm, values in zip(result.best, result.best_values, strict=True)],
         "pareto": len(result.objectives) > 1,
         "importance": result.importance, "importance_method": "PED-ANOVA (optuna.importance)",
-        "notes": list(result.notes),
+        "notes": list(result.notes), "recovered": list(result.recovered),
         "snippet_notes": list(snippet_notes or []),
     }
 
