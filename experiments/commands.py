@@ -524,8 +524,9 @@ def add_experiment_commands(commands: Any) -> None:
         parser.add_argument("--trials", type=_at_least_one, default=None,
                             help="the study's target total of finished trials, not a number "
                                  "to add: a resumed study runs only the missing ones (none "
-                                 "once it holds N; --trials 400 on a study of 300 adds 100); "
-                                 "default: the definition's tune.trials")
+                                 "once it holds N; --trials 400 on a study of 300 adds 100; "
+                                 "trials a killed run left RUNNING are run again, not "
+                                 "counted); default: the definition's tune.trials")
         parser.add_argument("--sampler", choices=("tpe", "cmaes", "random"), default=None,
                             help="Optuna sampler (default: the definition's, tpe); a study "
                                  "keeps the sampler it was created with")
@@ -537,5 +538,6 @@ def add_experiment_commands(commands: Any) -> None:
                             help="Optuna storage: a journal file path or an RDB URL such as "
                                  "postgresql://...; default: a journal beside the store")
         parser.add_argument("--workers", type=_at_least_one, default=None,
-                            help="processes sharing the study (default: the definition's)")
+                            help="processes sharing the study, >= 1 (default: the "
+                                 "definition's); they end when this process does")
         parser.set_defaults(func=lambda args, which=name: _command(args, which))

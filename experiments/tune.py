@@ -366,7 +366,8 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
         scorer computes.
     n_trials : the target total: the number of finished trials (complete, pruned or
         failed) the study holds when this returns. A resumed study runs only the missing
-        ones, none when it already holds `n_trials` or more (`trials_message`).
+        ones, none when it already holds `n_trials` or more (`trials_message`). Trials a
+        killed process left RUNNING are failed on resume and do not count (module docstring).
     seed : seeds the sampler (with the study's trial count and the worker index).
     sampler : "tpe", "cmaes" (one objective; needs `pip install cmaes`) or "random". The
         sampler and `seed` are stored in the study when it is created; resuming it with
@@ -787,8 +788,12 @@ class _RunLock:
 
 
 def _run_lock(spec: str) -> _RunLock | nullcontext[None]:
-    journal = _journal_path(spec)
-    return nullcontext() if journal is None else _RunLock(journal)
+    try:
+        journal = _journal_path(spec)
+        return nullcontext() if journal is None else _RunLock(journal)
+    except OSError as err:  # e.g. a folder that cannot be written: bad input, not a crash
+        raise ValueError(f"tune: cannot write the study's journal {spec} or its lock file "
+                         f"beside it ({err.strerror}); give a writable path") from err
 
 
 class ProcessSafeJournal(JournalFileBackend):
@@ -881,8 +886,12 @@ class ProcessSafeJournal(JournalFileBackend):
             remaining_log_size -= byte_len
             if remaining_log_size < 0:
                 break
-            if last_decode_error is not None:
-                raise last_decode_error
+            if last_decode_error is not None:  # not the last line: not a torn tail
+                raise ValueError(f"journal {self._file_path}: line {log_number} is "
+                                 f"unreadable ({last_decode_error}) and lines follow it, so "
+                                 "it is not a torn last line: restore the "
+                                 "journal from a copy, or start another study in another "
+                                 "file") from last_decode_error
             if not line.endswith(b"\n"):  # a line is complete once its newline is written
                 last_decode_error = ValueError("Invalid log format.")
                 continue
@@ -1120,7 +1129,9 @@ def _result(study: optuna.Study, spec: str, base: Arm,
     notes = []
     if running := [t.number for t in trials if t.state == TrialState.RUNNING]:
         notes.append(f"trials {running} are still RUNNING: another process is running them, "
-                     "or a process was killed mid-trial (they are not counted as finished)")
+                     "or a process was killed mid-trial (they are not counted as finished; "
+                     "with a journal, a resume when no other tune process holds the study "
+                     "fails them and runs them again)")
     if len(objectives) == 1:
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         front = [study.best_trial] if complete else []

@@ -98,6 +98,23 @@ def test_an_append_after_a_torn_line_does_not_glue_onto_it(tmp_path: Path) -> No
     assert ProcessSafeJournal(str(path)).drop_torn_tail() == 0
 
 
+def test_a_broken_line_inside_the_journal_is_named_not_repaired(tmp_path: Path) -> None:
+    run(tmp_path, n_trials=2, sampler="random")
+    journal = tmp_path / "study.journal"
+    lines = journal.read_bytes().split(b"\n")
+    lines[3] = lines[3][:20]  # line 4 of the file: torn, but lines follow it
+    journal.write_bytes(b"\n".join(lines))
+    with pytest.raises(ValueError, match=rf"^journal {re.escape(str(journal))}: line 4 is "
+                                         r"unreadable \(.*\) and lines follow it"):
+        run(tmp_path, n_trials=3, sampler="random")
+
+
+def test_an_unwritable_journal_folder_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"cannot write the study's journal .*file/x/study"):
+        run(tmp_path / "file" / "x", n_trials=2)
+
+
 # -- RUNNING trials: stale or live --------------------------------------------------------------
 
 def test_a_running_trial_is_failed_only_when_no_other_process_holds_the_study(
