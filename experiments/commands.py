@@ -232,7 +232,7 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     base = P.baseline_arm(cfg)
     space = search_space(dict(cfg.tune.ranges), cfg.engine)  # signals off: weights fixed at 0
     objectives = [Objective(*_objective(o)) for o in cfg.tune.objectives]
-    n_trials = trials or cfg.tune.trials
+    n_trials = cfg.tune.trials if trials is None else trials  # not `or`: 0 is not "unset"
     journal = storage or cfg.tune.storage or str(
         prepared.store.with_name(prepared.store.stem + f".{cfg.name}.optuna.journal"))
     study_name = f"{cfg.name}-{cfg.digest()[:8]}-{prepared.dataset.digest[:8]}"
@@ -258,7 +258,10 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
                       sampler=chosen,  # type: ignore[arg-type]
                       pruner=cfg.tune.pruner,  # type: ignore[arg-type]
                       storage=journal, study_name=study_name,
-                      workers=workers or cfg.tune.workers, switch_sampler=switch_sampler,
+                      workers=cfg.tune.workers if workers is None else workers,
+                      switch_sampler=switch_sampler,
+                      on_recovered=lambda message: ctx.console.print(
+                          f"[yellow]recovered:[/yellow] {message}", highlight=False),
                       on_start=lambda held, target: ctx.console.print(
                           trials_message(held, target), highlight=False),
                       progress=lambda done, total: ctx.bar.update(task, completed=done,
@@ -284,7 +287,8 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     seconds = time.perf_counter() - started
     ctx.console.print(f"weight search: {result.added:,} new trials in {seconds:.1f} s on the "
                       f"train window ({train.searches.height:,} searches); the study holds "
-                      f"{result.trials.height:,}: {study_name} in {journal}", highlight=False)
+                      f"{result.held + result.added:,}: {study_name} in {journal}",
+                      highlight=False)
     ctx.console.print("best weights: " + ", ".join(
         f"{k} {v:.3f}" for k, v in zip(WEIGHTS, best.weights, strict=True)), highlight=False)
     for note in result.notes:
@@ -322,7 +326,7 @@ def study_summary(result: Any, n_trials: int, *, sampler: str | None = None,
                  for arm, values in zip(result.best, result.best_values, strict=True)],
         "pareto": len(result.objectives) > 1,
         "importance": result.importance, "importance_method": "PED-ANOVA (optuna.importance)",
-        "notes": list(result.notes),
+        "notes": list(result.notes), "recovered": list(result.recovered),
         "snippet_notes": list(snippet_notes or []),
     }
 
@@ -424,6 +428,17 @@ def _trec_run(scorer: Scorer, arm: Arm) -> str:
 
 
 # ---- commands -----------------------------------------------------------------------------
+def _at_least_one(text: str) -> int:
+    """An argparse type: an integer >= 1 (a bad value exits 2 naming the flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"`>= 1` must hold, but got {value}")
+    return value
+
+
 def _context(args: argparse.Namespace, console: Console, bar: Progress, which: str) -> Context:
     cfg = load_experiment(args.experiment)
     tracker = None
@@ -503,11 +518,12 @@ def add_experiment_commands(commands: Any) -> None:
                             help="MLflow tracking URI (default: the definition's, "
                                  "sqlite:///mlflow.db)")
         parser.add_argument("--no-track", action="store_true", help="do not log to MLflow")
-        parser.add_argument("--trials", type=int, default=None,
+        parser.add_argument("--trials", type=_at_least_one, default=None,
                             help="the study's target total of finished trials, not a number "
                                  "to add: a resumed study runs only the missing ones (none "
-                                 "once it holds N; --trials 400 on a study of 300 adds 100); "
-                                 "default: the definition's tune.trials")
+                                 "once it holds N; --trials 400 on a study of 300 adds 100; "
+                                 "trials a killed run left RUNNING are run again, not "
+                                 "counted); default: the definition's tune.trials")
         parser.add_argument("--sampler", choices=("tpe", "cmaes", "random"), default=None,
                             help="Optuna sampler (default: the definition's, tpe); a study "
                                  "keeps the sampler it was created with")
@@ -518,6 +534,7 @@ def add_experiment_commands(commands: Any) -> None:
         parser.add_argument("--storage", default=None,
                             help="Optuna storage: a journal file path or an RDB URL such as "
                                  "postgresql://...; default: a journal beside the store")
-        parser.add_argument("--workers", type=int, default=None,
-                            help="processes sharing the study (default: the definition's)")
+        parser.add_argument("--workers", type=_at_least_one, default=None,
+                            help="processes sharing the study, >= 1 (default: the "
+                                 "definition's); they end when this process does")
         parser.set_defaults(func=lambda args, which=name: _command(args, which))

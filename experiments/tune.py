@@ -37,6 +37,12 @@ others from the base arm), scores it on the train scorer with one vectorised
   objective (the train `Scorer` by value: its arrays and frames, about 15 MB for LoCoMo's
   3,000 searches, unpickled in ~40 ms), so nothing is replayed or re-prepared in a child.
   Determinism holds for `workers=1` only.
+- A killed run is recovered on resume (journal storage): a torn last journal line is cut
+  off (`ProcessSafeJournal.drop_torn_tail`), and when no other process works on the study
+  (`_RunLock`) the trials a dead process left RUNNING are marked FAIL and tagged
+  `STALE_ATTR`; they do not count toward `n_trials`, so they are run again. A worker ends
+  as soon as its parent dies (`_exit_with_parent`). `tune` reports each of these
+  (`on_recovered`, `TuneResult.recovered`).
 
 >>> result = tune(train, arm_of("base", config), SearchSpace.unit(WEIGHTS),   # doctest: +SKIP
 ...               [Objective("ndcg@10")], n_trials=200, study_name="locomo-ndcg")
@@ -55,6 +61,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -73,9 +80,10 @@ from .errors import ExperimentError
 from .evaluation import Arm, Scorer
 from .metrics import parse_metric
 
-__all__ = ["DEFAULT_STUDY_DIR", "MIN_IMPORTANCE_TRIALS", "PRUNERS", "SAMPLERS", "Objective",
-           "SearchSpace", "TrialRecord", "TuneResult", "best_config_snippet", "fixed_weights",
-           "search_space", "snippet_notes", "trials_message", "tune", "tuned_config"]
+__all__ = ["DEFAULT_STUDY_DIR", "MIN_IMPORTANCE_TRIALS", "PRUNERS", "SAMPLERS", "STALE_ATTR",
+           "Objective", "SearchSpace", "TrialRecord", "TuneResult", "best_config_snippet",
+           "fixed_weights", "search_space", "snippet_notes", "trials_message", "tune",
+           "tuned_config"]
 
 SamplerName = Literal["tpe", "cmaes", "random"]
 PrunerName = Literal["none", "wilcoxon"]
@@ -93,13 +101,18 @@ SETTINGS_ATTR = "msprlab_tune"
 SAMPLER_ATTR = "msprlab_sampler"
 SWITCHES_ATTR = "msprlab_sampler_switches"  # on the study: each switch, in order
 FIXED_ATTR = "msprlab_fixed"                # on the study: `SearchSpace.note()`
+STALE_ATTR = "msprlab_stale"  # on a trial a dead process left RUNNING, failed on resume
 # Settings added after studies were first stored, with the value an older study had.
 _LATER_SETTINGS: dict[str, Any] = {"fixed": {}}
+ORPHANED_EXIT = 3  # a worker's exit status when it ends because its parent died
 _STEP_ORDER_SEED = 20260105  # fixed: steps must pair across trials, calls and resumes
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _JSON = json.JSONEncoder(separators=(",", ":")).encode  # a journal line, as Optuna writes it
 _LABELS = tuple(label.value for label in INTENTS)
+# Held around every journal append in this process, so that a worker ending itself
+# (`_exit_with_parent`) never cuts a line it is writing.
+_APPENDING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -264,7 +277,10 @@ class TuneResult:
         empty, with a note, when fewer than `MIN_IMPORTANCE_TRIALS` trials completed.
     notes : what the reader should know (weights fixed at 0, a sampler switch, importance
         not computed, trials left running).
-    held : finished trials the study held when the call began; `added` those it gained
+    recovered : what was recovered from a killed run when the call began (`tune`'s
+        `on_recovered`).
+    held : finished trials the study held when the call began (those that count toward the
+        target: not the stale ones failed on resume); `added` those it gained
         during the call (the call's own, and any another process finished meanwhile).
     """
 
@@ -276,6 +292,7 @@ class TuneResult:
     trials: pl.DataFrame
     importance: dict[str, dict[str, float]]
     notes: tuple[str, ...] = field(default=())
+    recovered: tuple[str, ...] = field(default=())
     held: int = 0
     added: int = 0
 
@@ -335,6 +352,7 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
          pruner: PrunerName = "none", storage: str | Path | None = None, workers: int = 1,
          switch_sampler: bool = False,
          on_start: Callable[[int, int], None] | None = None,
+         on_recovered: Callable[[str], None] | None = None,
          progress: Callable[[int, int], None] | None = None,
          on_trial: Callable[[TrialRecord], None] | None = None) -> TuneResult:
     """Search the weights of `space` to maximise `objectives` on `train`.
@@ -349,7 +367,8 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
         scorer computes.
     n_trials : the target total: the number of finished trials (complete, pruned or
         failed) the study holds when this returns. A resumed study runs only the missing
-        ones, none when it already holds `n_trials` or more (`trials_message`).
+        ones, none when it already holds `n_trials` or more (`trials_message`). Trials a
+        killed process left RUNNING are failed on resume and do not count (module docstring).
     seed : seeds the sampler (with the study's trial count and the worker index).
     sampler : "tpe", "cmaes" (one objective; needs `pip install cmaes`) or "random". The
         sampler and `seed` are stored in the study when it is created; resuming it with
@@ -365,6 +384,11 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
         Independent `tune` calls on one study also work, once the study exists (two
         calls creating it at the same moment could both enqueue the baseline).
     on_start : called once the study is open, with (finished trials it holds, n_trials).
+    on_recovered : called, before that, with each message on what was recovered from a
+        killed run: a journal's torn last line cut off, trials a dead process left RUNNING
+        marked FAIL (they do not count toward `n_trials`: they are run again), or RUNNING
+        trials left alone because another process works on the study (`TuneResult.recovered`
+        holds them too).
     progress : called with (finished trials, n_trials) after each trial.
     on_trial : called with each newly finished trial's record.
     """
@@ -376,41 +400,73 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     _check_arguments(base, space, objectives, n_trials=n_trials, study_name=study_name,
                      seed=seed, sampler=sampler, pruner=pruner, workers=workers)
     objective = _prepare(train, base, space, objectives, pruner=pruner, sampler=sampler)
-    spec = _storage_spec(storage, study_name)
+    spec = _openedspec(storage, study_name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress comes from callbacks
     try:
-        study = optuna.create_study(
-            study_name=study_name, storage=_open_storage(spec), load_if_exists=True,
-            directions=["maximize"] * len(objectives))
-        _check_settings(study, _settings(train, base, space, objectives, pruner), spec)
-        notes = _check_sampler(study, {"name": sampler, "seed": seed}, spec,
-                               switch=switch_sampler)
-        if space.fixed:
-            study.set_user_attr(FIXED_ATTR, space.note())
-        generation = len(study.get_trials(deepcopy=False))
-        if not any(t.user_attrs.get(BASELINE_ATTR) for t in study.get_trials(deepcopy=False)):
-            study.enqueue_trial({name: base.weights[WEIGHTS.index(name)]
-                                 for name in space.ranges}, user_attrs={BASELINE_ATTR: True})
-        finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
-        missing = n_trials - finished
-        if on_start is not None:
-            on_start(finished, n_trials)
-        reporter = _Reporter(base, n_trials, progress, on_trial)
-        reporter.skip(study)
-        shares = [missing // workers + (k < missing % workers) for k in range(workers)]
-        plans = [(_Plan(objective, study_name, spec, sampler, pruner, n_trials,
-                        (seed, generation, k)), share) for k, share in enumerate(shares)
-                 if share > 0]
-        if len(plans) == 1:
-            _optimize(*plans[0], study=study, callback=reporter)
-        elif plans:
-            _run_workers(plans, study, reporter)
-        result = _result(study, spec, base, objectives)
-        return replace(result, notes=tuple(filter(None, [space.note(), *notes]))
-                       + result.notes, held=finished, added=result.trials.height - finished)
+        with _run_lock(spec) as lock:
+            alone = lock is not None and lock.alone()
+            recovered = _recover_journal(spec)  # before Optuna appends to it
+            opened = _open_storage(spec)
+            study = optuna.create_study(
+                study_name=study_name, storage=opened, load_if_exists=True,
+                directions=["maximize"] * len(objectives))
+            _check_settings(study, _settings(train, base, space, objectives, pruner), spec)
+            recovered += _recover_trials(study, opened, lock, alone)
+            if lock is not None:
+                lock.share()  # before any worker starts: each takes it shared too
+            for message in recovered:
+                if on_recovered is not None:
+                    on_recovered(message)
+            notes = _check_sampler(study, {"name": sampler, "seed": seed}, spec,
+                                   switch=switch_sampler)
+            if space.fixed:
+                study.set_user_attr(FIXED_ATTR, space.note())
+            plan = _Plan(objective, study_name, spec, sampler, pruner, n_trials,
+                         (seed, len(study.get_trials(deepcopy=False)), 0))
+            _enqueue_baseline(study, base, space)
+            held = _counted(study)
+            if on_start is not None:
+                on_start(held, n_trials)
+            _run(study, plan, n_trials - held, workers,
+                 _Reporter(base, n_trials, progress, on_trial))
+            result = _result(study, spec, base, objectives)
+            return replace(result, notes=tuple(filter(None, [space.note(), *notes]))
+                           + result.notes, recovered=tuple(recovered), held=held,
+                           added=_counted(study) - held)
     finally:
         optuna.logging.set_verbosity(verbosity)
+
+
+def _recover_journal(spec: str) -> list[str]:
+    """Cut the torn last line a killed writer left in the journal (`drop_torn_tail`)."""
+    journal = _journal_path(spec)
+    if journal is None or not journal.exists():
+        return []
+    dropped = ProcessSafeJournal(str(journal)).drop_torn_tail()
+    return [torn_tail_message(journal, dropped)] if dropped else []
+
+
+def _enqueue_baseline(study: optuna.Study, base: Arm, space: SearchSpace) -> None:
+    """The base arm as the next trial, unless the study has one (a stale one, failed on
+    resume, does not count: the baseline is run again)."""
+    if not any(t.user_attrs.get(BASELINE_ATTR) and not t.user_attrs.get(STALE_ATTR)
+               for t in study.get_trials(deepcopy=False)):
+        study.enqueue_trial({name: base.weights[WEIGHTS.index(name)] for name in space.ranges},
+                            user_attrs={BASELINE_ATTR: True})
+
+
+def _run(study: optuna.Study, plan: _Plan, missing: int, workers: int,
+         reporter: _Reporter) -> None:
+    """The `missing` trials, in this process or shared among `workers` spawned ones."""
+    reporter.skip(study)
+    shares = [missing // workers + (k < missing % workers) for k in range(workers)]
+    plans = [(replace(plan, seed=(*plan.seed[:2], k)), share)
+             for k, share in enumerate(shares) if share > 0]
+    if len(plans) == 1:
+        _optimize(*plans[0], study=study, callback=reporter)
+    elif plans:
+        _run_workers(plans, study, reporter)
 
 
 def tuned_config(config: EngineConfig, arm: Arm) -> EngineConfig:
@@ -603,7 +659,7 @@ def _check_sampler(study: optuna.Study, sampler: dict[str, Any], spec: str, *,
         return f"{s.get('name')} (seed {s.get('seed')})"
 
     stored = study.user_attrs.get(SAMPLER_ATTR)
-    finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
+    finished = _counted(study)
     if stored == sampler:
         return []
     if stored is None:
@@ -626,6 +682,44 @@ def _check_sampler(study: optuna.Study, sampler: dict[str, Any], spec: str, *,
             "finished trials (the trials' sampler column says which ran each)"]
 
 
+def _counted(study: optuna.Study) -> int:
+    """The finished trials that count toward the target: not those a dead process left
+    RUNNING and a resume failed (`STALE_ATTR`), which are run again."""
+    return sum(not t.user_attrs.get(STALE_ATTR)
+               for t in study.get_trials(deepcopy=False, states=_FINISHED))
+
+
+def _fail_stale(study: optuna.Study, storage: BaseStorage) -> list[int]:
+    """Mark FAIL, tagged `STALE_ATTR`, every RUNNING trial (called only when no other
+    process works on the study: `_RunLock.alone`); returns their numbers."""
+    stale = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    study_id = storage.get_study_id_from_name(study.study_name)
+    for number in stale:
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+        storage.set_trial_user_attr(trial_id, STALE_ATTR, True)  # first: a FAIL is frozen
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    return stale
+
+
+def _recover_trials(study: optuna.Study, storage: BaseStorage, lock: _RunLock | None,
+                    alone: bool) -> list[str]:
+    """Fail the RUNNING trials of dead processes when that can be told; say what was done."""
+    if lock is None:
+        return []  # memory (nothing to recover) or RDB: RUNNING trials are left as they are
+    if alone:
+        if stale := _fail_stale(study, storage):
+            return [f"{len(stale)} trials left RUNNING by a process that is no longer alive "
+                    f"({stale}) marked FAIL; they do not count toward the target and are "
+                    "run again"]
+        return []
+    if running := [t.number for t in study.get_trials(deepcopy=False,
+                                                      states=(TrialState.RUNNING,))]:
+        return [f"{len(running)} RUNNING trials ({running}) left as they are: another tune "
+                "process works on the study, so they may be its own; a resume when no other "
+                "process holds the study fails those still RUNNING"]
+    return []
+
+
 def trials_message(held: int, target: int) -> str:
     """What `tune(n_trials=target)` does to a study holding `held` finished trials."""
     if held >= target:
@@ -637,21 +731,72 @@ def trials_message(held: int, target: int) -> str:
 MEMORY = ":memory:"
 
 
-def _storage_spec(storage: str | Path | None, study_name: str) -> str:
+def _openedspec(storage: str | Path | None, study_name: str) -> str:
     if storage is None:
         safe = re.sub(r"[^\w.-]", "_", study_name)
         return str(DEFAULT_STUDY_DIR / f"{safe}.journal")
     return str(storage)
 
 
+def _journal_path(spec: str) -> Path | None:
+    """The journal file a storage spec names (its folder created), None for memory or RDB."""
+    if spec == MEMORY or _URL.match(spec):
+        return None
+    path = Path(spec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _open_storage(spec: str) -> BaseStorage:
     """":memory:" (nothing kept), an RDB URL, else a journal file (its folder is created)."""
     if spec == MEMORY:
         return optuna.storages.InMemoryStorage()
-    if _URL.match(spec):
+    if _journal_path(spec) is None:
         return RDBStorage(spec)
-    Path(spec).parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(ProcessSafeJournal(spec))
+
+
+class _RunLock:
+    """Which processes work on a journal study now: every `tune` process on it (the caller
+    and each worker) holds a shared `flock` on `<journal>.run.lock` while it runs, and the
+    kernel drops it when the process dies, however it dies. A caller that can take it
+    exclusively (`alone`) knows that no other process works on the study, so a trial still
+    RUNNING was left by a dead one. This relies on every process that runs trials of the
+    study being a `tune` on this machine (the journal's `flock` is local already); trials
+    run by other means, or over an RDB URL (where Optuna's heartbeat is the tool), are
+    never failed. The lock file is left in place (empty)."""
+
+    def __init__(self, journal: Path) -> None:
+        self._file = open(f"{journal}.run.lock", "ab")  # noqa: SIM115 (closed in __exit__)
+
+    def __enter__(self) -> _RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()  # releases the lock
+
+    def alone(self) -> bool:
+        """True, holding the lock exclusively, when no other process holds it (`share` it
+        before starting workers); False when one does."""
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def share(self) -> None:
+        """Hold the lock shared (blocks only while another caller holds it exclusively,
+        which is briefly, at its start)."""
+        fcntl.flock(self._file, fcntl.LOCK_SH)
+
+
+def _run_lock(spec: str) -> _RunLock | nullcontext[None]:
+    try:
+        journal = _journal_path(spec)
+        return nullcontext() if journal is None else _RunLock(journal)
+    except OSError as err:  # e.g. a folder that cannot be written: bad input, not a crash
+        raise ValueError(f"tune: cannot write the study's journal {spec} or its lock file "
+                         f"beside it ({err.strerror}); give a writable path") from err
 
 
 class ProcessSafeJournal(JournalFileBackend):
@@ -674,6 +819,10 @@ class ProcessSafeJournal(JournalFileBackend):
     - What is written is in the operating system's page cache before the append returns,
       so a study whose process is killed resumes with every finished trial; only a crash
       of the machine itself can lose the last appends, as with any unsynced file.
+    - A last line without its newline, under the lock, was left by a writer that died
+      mid-append (a live one would hold the lock): `drop_torn_tail` cuts it, and so does
+      every append before writing, so that a new log is never glued onto a torn one
+      (which would make the line, and so the whole journal, unreadable).
     """
 
     def __init__(self, file_path: str) -> None:
@@ -681,35 +830,44 @@ class ProcessSafeJournal(JournalFileBackend):
         self._writer: BinaryIO | None = None  # unbuffered, in append mode; holds the lock
         self._reader: BinaryIO | None = None
         self._pid = -1                        # the process that opened them
-        self._mutex = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_mutex"]
         state.update(_writer=None, _reader=None, _pid=-1)
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._mutex = threading.Lock()
 
     def _files(self) -> tuple[BinaryIO, BinaryIO]:
         """The writer and the reader, opened by this process (a forked child's copies share
         the parent's open file descriptions, hence its lock: it opens its own)."""
         if self._pid != os.getpid() or self._writer is None or self._reader is None:
-            self._writer = open(self._file_path, "ab", buffering=0)  # noqa: SIM115
+            # read too (a+): a torn tail is found with pread (`_cut_torn_tail`)
+            self._writer = open(self._file_path, "a+b", buffering=0)  # noqa: SIM115
             self._reader = open(self._file_path, "rb")  # noqa: SIM115 (both kept open)
             self._pid = os.getpid()
         return self._writer, self._reader
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         data = memoryview(("\n".join(map(_JSON, logs)) + "\n").encode("utf-8"))
-        with self._mutex:
+        with self._locked() as writer:
+            if dropped := _cut_torn_tail(writer):
+                warnings.warn(torn_tail_message(self._file_path, dropped), stacklevel=2)
+            while data:
+                data = data[writer.write(data):]
+
+    def drop_torn_tail(self) -> int:
+        """Cut a last line that a writer killed mid-append left without its newline; returns
+        the number of bytes dropped (0: the journal ends with a whole line)."""
+        with self._locked() as writer:
+            return _cut_torn_tail(writer)
+
+    @contextmanager
+    def _locked(self) -> Generator[BinaryIO, None, None]:
+        """The writer, under the journal's lock (and `_APPENDING`, see there)."""
+        with _APPENDING:
             writer = self._files()[0]
             fcntl.flock(writer, fcntl.LOCK_EX)
             try:
-                while data:
-                    data = data[writer.write(data):]
+                yield writer
             finally:
                 fcntl.flock(writer, fcntl.LOCK_UN)
 
@@ -731,8 +889,12 @@ class ProcessSafeJournal(JournalFileBackend):
             remaining_log_size -= byte_len
             if remaining_log_size < 0:
                 break
-            if last_decode_error is not None:
-                raise last_decode_error
+            if last_decode_error is not None:  # not the last line: not a torn tail
+                raise ValueError(f"journal {self._file_path}: line {log_number} is "
+                                 f"unreadable ({last_decode_error}) and lines follow it, so "
+                                 "it is not a torn last line: restore the "
+                                 "journal from a copy, or start another study in another "
+                                 "file") from last_decode_error
             if not line.endswith(b"\n"):  # a line is complete once its newline is written
                 last_decode_error = ValueError("Invalid log format.")
                 continue
@@ -746,6 +908,30 @@ class ProcessSafeJournal(JournalFileBackend):
             except json.JSONDecodeError as err:
                 last_decode_error = err
                 del self._log_number_offset[log_number + 1]
+
+
+def _cut_torn_tail(f: BinaryIO, block: int = 1 << 16) -> int:
+    """Truncate `f` (held under the journal's lock) after its last newline; returns the
+    number of bytes cut."""
+    fd = f.fileno()
+    size = end = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return 0
+    while end > 0:  # backwards, a block at a time: a line can be long (the study's settings)
+        start = max(0, end - block)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    os.ftruncate(fd, end)
+    return size - end
+
+
+def torn_tail_message(path: str | Path, dropped: int) -> str:
+    return (f"journal {path}: its last line was cut off mid-write ({dropped} bytes, left by a "
+            "process killed while appending); dropped it, every complete line before it is "
+            "kept")
 
 
 def _make_sampler(name: SamplerName, seed: tuple[int, int, int]) -> optuna.samplers.BaseSampler:
@@ -779,6 +965,33 @@ def _optimize(plan: _Plan, n_trials: int, *, study: optuna.Study | None = None,
                    callbacks=[_AfterTrial(plan.n_trials, callback)])
 
 
+def _worker(plan: _Plan, n_trials: int) -> None:
+    """A spawned worker: `_optimize`, ending with its parent, holding the run lock."""
+    _exit_with_parent()
+    with _run_lock(plan.storage) as lock:
+        if lock is not None:
+            lock.share()
+        _optimize(plan, n_trials)
+
+
+def _exit_with_parent() -> None:
+    """End this spawned process as soon as its parent is gone (`kill -9` too), so that no
+    orphan goes on adding trials to the study. It waits on the pipe multiprocessing keeps
+    open from the parent (`parent_process().join()`), which the kernel closes when the
+    parent dies: no polling, and portable, unlike Linux's PR_SET_PDEATHSIG. Its trial is
+    left RUNNING, and the next resume fails it (`_fail_stale`)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        with _APPENDING:  # never in the middle of a journal line
+            os._exit(ORPHANED_EXIT)
+
+    threading.Thread(target=watch, name="tune-parent-watch", daemon=True).start()
+
+
 @dataclass(frozen=True)
 class _AfterTrial:
     """The study's one callback (Optuna deep-copies the finished trial for each callback):
@@ -793,8 +1006,7 @@ class _AfterTrial:
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if self.then is not None:
             self.then(study, trial)
-        if trial.number + 1 >= self.target \
-                and len(study.get_trials(deepcopy=False, states=_FINISHED)) >= self.target:
+        if trial.number + 1 >= self.target and _counted(study) >= self.target:
             study.stop()
 
 
@@ -802,7 +1014,7 @@ def _run_workers(plans: list[tuple[_Plan, int]], study: optuna.Study,
                  reporter: _Reporter) -> None:
     """Run each (plan, share of trials) in a spawned process, reporting as trials finish."""
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_optimize, args=(plan, share), daemon=True,
+    processes = [context.Process(target=_worker, args=(plan, share), daemon=True,
                                  name=f"tune-{plan.study_name}-{k}")
                  for k, (plan, share) in enumerate(plans)]
     try:
@@ -833,10 +1045,12 @@ class _Reporter:
         self.base, self.total = base, total
         self.progress, self.on_trial = progress, on_trial
         self.seen: set[int] = set()
+        self.done = 0  # finished trials that count toward the target (`_counted`)
 
     def skip(self, study: optuna.Study) -> None:
         """Trials finished before this call are not reported again."""
         self.seen = {t.number for t in study.get_trials(deepcopy=False, states=_FINISHED)}
+        self.done = _counted(study)
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self._emit([trial])
@@ -848,10 +1062,11 @@ class _Reporter:
     def _emit(self, trials: list[FrozenTrial]) -> None:
         for trial in sorted(trials, key=lambda t: t.number):
             self.seen.add(trial.number)
+            self.done += not trial.user_attrs.get(STALE_ATTR)
             if self.on_trial is not None:
                 self.on_trial(_record(trial, self.base))
             if self.progress is not None:
-                self.progress(len(self.seen), self.total)
+                self.progress(self.done, self.total)
 
 
 # -- results -----------------------------------------------------------------------------
@@ -917,7 +1132,9 @@ def _result(study: optuna.Study, spec: str, base: Arm,
     notes = []
     if running := [t.number for t in trials if t.state == TrialState.RUNNING]:
         notes.append(f"trials {running} are still RUNNING: another process is running them, "
-                     "or a process was killed mid-trial (they are not counted as finished)")
+                     "or a process was killed mid-trial (they are not counted as finished; "
+                     "with a journal, a resume when no other tune process holds the study "
+                     "fails them and runs them again)")
     if len(objectives) == 1:
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         front = [study.best_trial] if complete else []
