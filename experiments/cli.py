@@ -25,6 +25,7 @@ from msprlab.experiments.exits import (
     BadInput,
     print_error,
     run_guarded,
+    stdout_console,
 )
 from msprlab.experiments.ingest_cli import add_ingest_commands
 from msprlab.experiments.regress import add_regress_command
@@ -87,7 +88,7 @@ def print_output(console: Console, output: dict[str, Any]) -> None:
 
 def _console() -> Console:
     # Wide enough for the ten result columns even when piped or in a narrow terminal.
-    return Console(width=max(Console().width, 112))
+    return stdout_console(112)
 
 
 def cmd_scenario_run(args: argparse.Namespace) -> int:
@@ -115,7 +116,7 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
 
 def cmd_scenario_diff(args: argparse.Namespace) -> int:
     from msprlab.experiments.scenario_diff import diff_outputs, format_divergences
-    console = Console()
+    console = stdout_console(80)
     try:
         a, b = (json.loads(p.read_text(encoding="utf-8")) for p in (args.a, args.b))
     except (OSError, json.JSONDecodeError) as exc:

@@ -22,7 +22,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from msprlab.engine.batch import WEIGHTS
-from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, USER_ERRORS, print_error
+from msprlab.experiments.exits import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    USER_ERRORS,
+    print_error,
+    stdout_console,
+)
 
 from . import pipeline as P
 from .ablation import switches
@@ -450,7 +456,7 @@ def _context(args: argparse.Namespace, console: Console, bar: Progress, which: s
 
 
 def _command(args: argparse.Namespace, which: str) -> int:
-    console = Console(width=max(Console().width, 120))
+    console = stdout_console(120)
     started = time.perf_counter()
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), console=console, transient=True)

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from msprlab.datasets.trec import read_qrels, read_run
 from msprlab.datasets.validate import IngestError
-from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error
+from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
 from msprlab.experiments.metrics import (
     Metric,
     accepted_forms,
@@ -201,7 +201,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_json(result, args), indent=2))
     else:
-        _print_tables(Console(width=max(Console().width, 100)), result, args.per_query)
+        _print_tables(stdout_console(100), result, args.per_query)
     return EXIT_OK
 
 

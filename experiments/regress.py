@@ -32,7 +32,13 @@ from rich.console import Console
 from rich.table import Table
 
 from msprlab.engine.batch import WEIGHTS
-from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, print_error
+from msprlab.experiments.exits import (
+    EXIT_BAD_INPUT,
+    EXIT_FINDING,
+    EXIT_OK,
+    print_error,
+    stdout_console,
+)
 
 from . import pipeline as P
 from .evaluation import Arm, Scorer, arm_of
@@ -184,7 +190,10 @@ def compare_to_baseline(new: pl.DataFrame, old: pl.DataFrame, gate: Gate,
     return pl.DataFrame(rows)
 
 
-def run_regress(definition: Path, root: Path, *, update: bool, console: Console) -> int:
+def run_regress(definition: Path, root: Path, *, update: bool, console: Console,
+                as_json: bool = False) -> int:
+    """Run the gate; `as_json` prints the verdict and every row as one JSON document on
+    stdout (the console, then on stderr, keeps the progress lines)."""
     gate = load_gate(definition)
     paths = [gate.baseline_dir / f"{Path(e).stem}.parquet" for e in gate.experiments]
     # Every baseline is checked before any replay: bad input fails in a second, not later.
@@ -220,14 +229,21 @@ def run_regress(definition: Path, root: Path, *, update: bool, console: Console)
             failures.append(str(exc))
     if update:
         return EXIT_OK
+    table = pl.concat(results) if results else pl.DataFrame()
     if results:
-        table = pl.concat(results)
-        console.print(_table(table, gate))
         failures += [f"{r['benchmark']} {r['metric']} {r['group_by']}={r['group']}: "
                      f"CI low {r['ci_low']:+.4f} <= -{gate.margin}"
                      for r in table.filter(~pl.col("ok")).iter_rows(named=True)]
+    if as_json:
+        rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v)
+                 for k, v in r.items()} for r in table.iter_rows(named=True)]
+        print(json.dumps({"verdict": "regression" if failures else "ok",
+                          "margin": gate.margin, "failures": failures, "rows": rows}, indent=1))
+        return EXIT_FINDING if failures else EXIT_OK
+    if results:
+        console.print(_table(table, gate))
     for failure in failures:
-        console.print(f"[red]regression:[/red] {failure}", highlight=False)
+        print_error(failure, console, label="regression")
     if failures:
         return EXIT_FINDING
     console.print(f"no regression: every group within the margin {gate.margin} "
@@ -263,10 +279,10 @@ def _table(frame: pl.DataFrame, gate: Gate) -> Table:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    console = Console(width=max(Console().width, 120))
+    console = Console(stderr=True) if args.json else stdout_console(120)
     try:
         return run_regress(args.definition, Path(args.root), update=args.update,
-                           console=console)
+                           console=console, as_json=args.json)
     except (ExperimentError, FileNotFoundError, ValueError) as exc:
         print_error(exc, console)
         return EXIT_BAD_INPUT
@@ -281,11 +297,15 @@ def add_regress_command(commands: Any) -> None:
                     "with the committed per-search baseline (experiments/regress/): a group "
                     "regresses when the lower bound of the paired bootstrap 95% CI of "
                     "new - baseline is at or below -margin. Exit 0 when nothing regressed, "
-                    "1 on a regression, 2 on bad input. --update rewrites the baseline.",
+                    "1 on a regression, 2 on bad input (a corrupt, truncated, foreign or "
+                    "missing baseline too). --update rewrites the baseline.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--definition", type=Path, default=DEFAULT_DEFINITION,
                         help="the gate's TOML definition")
     parser.add_argument("--root", default=".", help="working folder (stores under ROOT/runs)")
     parser.add_argument("--update", action="store_true",
                         help="rewrite the baseline files from this run (review the change)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the verdict and every group's row as JSON on stdout "
+                             "(NaN as null); progress and errors go to stderr")
     parser.set_defaults(func=cmd_regress)

@@ -21,7 +21,13 @@ from msprlab.engine import EngineConfig, config_from_dict
 from msprlab.engine.batch import WEIGHTS, row_ranks, scores
 from msprlab.engine.config import ConfigError
 from msprlab.engine.roles import POLICY_NAMES, RolePolicy, policy_from_name
-from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK, print_error
+from msprlab.experiments.exits import (
+    EXIT_BAD_INPUT,
+    EXIT_FINDING,
+    EXIT_OK,
+    print_error,
+    stdout_console,
+)
 
 from .evaluation import ranked_lists
 from .replay import FREQUENCY_MODES, CandidateTable, cached_replay, replay
@@ -78,7 +84,7 @@ def _seed_index(args: argparse.Namespace, ds: Any) -> Any:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    console = Console()
+    console = stdout_console(80)
     try:
         config = load_engine_config(args.config)
         policy = _policy(args.policy, config)

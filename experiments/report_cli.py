@@ -12,9 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
-from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error
+from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
 
 __all__ = ["add_report_command"]
 
@@ -73,7 +71,7 @@ def _bundle_folder(run: str, tracking_uri: str, out: Path | None) -> Path:
 def cmd_report(args: argparse.Namespace) -> int:
     from msprlab.reports import BundleError, load_bundle, write_report
 
-    console = Console(width=max(Console().width, 100))
+    console = stdout_console(100)
     try:
         folder = _bundle_folder(args.run, args.tracking_uri, args.out)
         results = load_bundle(folder)

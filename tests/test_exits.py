@@ -75,3 +75,20 @@ def test_help_names_every_exit_status(capsys) -> None:
         assert exc.value.code == 0
         text = " ".join(capsys.readouterr().out.split())
         assert "1 a finding" in text and "2 bad input" in text and "3 internal error" in text
+
+
+def test_piped_output_is_never_cut(tmp_path) -> None:
+    """In a CI log (stdout not a terminal) no table cell is cut to fit 80 columns."""
+    import subprocess
+    import sys
+
+    from test_experiments import SMALL
+    definition = tmp_path / "small.toml"
+    definition.write_text(SMALL)
+    done = subprocess.run([sys.executable, "-m", "msprlab.experiments.cli", "ablate",
+                           str(definition), "--root", str(tmp_path), "--no-track"],
+                          capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    assert "frequency" in done.stdout and "on-zero" in done.stdout

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from test_experiments import SMALL
 
 from msprlab.experiments.cli import main
-
-from test_experiments import SMALL
 
 mlflow = pytest.importorskip("mlflow")
 

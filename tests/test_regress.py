@@ -166,3 +166,18 @@ def test_the_ranker_block_meets_the_same_refusals_as_a_definition(gate_dir, tmp_
     text = " ".join(capsys.readouterr().out.split())
     assert code == 2, text
     assert "[ranker]" in text and "mspr.intent.strategy" in text and "gate.toml" in text
+
+
+def test_json_holds_the_verdict_and_every_row(gate_dir, capsys) -> None:
+    import json
+
+    from msprlab.experiments.cli import main
+    code = main(["regress", "--definition", str(gate_dir / "gate.toml"), "--root",
+                 str(gate_dir), "--json"])
+    out = capsys.readouterr()
+    document = json.loads(out.out)
+    assert code == 0 and document["verdict"] == "ok" and document["failures"] == []
+    overall = [r for r in document["rows"] if r["group_by"] == "overall"]
+    assert {r["metric"] for r in overall} == {"ndcg@10", "recall@10"}
+    assert all(r["ok"] for r in document["rows"])
+    assert "searches scored" in out.err

@@ -184,7 +184,8 @@ def test_html_is_self_contained_with_png_images(fixture_html: str):
     assert all(b"Software" not in p and b"matplotlib" not in p for p in pngs)
     for needle in ("1. Test window", "2. Ablation ladder", "3. Weight search",
                    "4. Recommended weights", "5. Isolation audit", "6. Provenance",
-                   "&#34;beta_bm25&#34;: 0.62", "Holm over 18 tested rows", '<th colspan="4">strict</th>',
+                   "&#34;beta_bm25&#34;: 0.62", "Holm over 18 tested rows",
+                   '<th colspan="4">strict</th>',
                    "PED-ANOVA (optuna.importance)", "best trial (41)",
                    "Side effects at zero weight (ndcg@10)", "searches whose top 10 changed",
                    "1. Test window: tuned weights against off, per query",
