@@ -23,6 +23,7 @@ import polars as pl
 
 from .schema import EVENT_KINDS, TABLES, Dataset, empty
 from .store import Progress
+from .strict_json import DuplicateKeyError, loads
 from .trec import read_qrels
 from .validate import IngestError, first_bad_row, locate, show
 
@@ -161,9 +162,11 @@ def _read_jsonl(path: Path, table: str) -> pl.DataFrame:
 def _parse_line(raw: bytes, path: Path, number: int) -> dict[str, Any]:
     where = f"{path.name} line {number}"
     try:
-        record = json.loads(raw.decode("utf-8").rstrip("\r\n"))
+        record = loads(raw.decode("utf-8").rstrip("\r\n"))
     except UnicodeDecodeError as exc:
         raise IngestError(where, f"not UTF-8 text ({exc.reason})") from None
+    except DuplicateKeyError as exc:
+        raise IngestError(where, str(exc), field=exc.field) from None
     except json.JSONDecodeError as exc:
         at = exc.msg if exc.msg.endswith(" at") else f"{exc.msg} at"
         raise IngestError(where, f"invalid JSON: {at} column {exc.colno}") from None
@@ -216,7 +219,9 @@ def _parquet_column(frame: pl.DataFrame, column: str, dtype: pl.DataType,
 
 def _object_text(text: str) -> str:
     try:
-        value = json.loads(text)
+        value = loads(text)
+    except DuplicateKeyError as exc:
+        raise _Bad(str(exc)) from None
     except json.JSONDecodeError:
         value = None
     if type(value) is not dict:

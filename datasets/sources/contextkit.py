@@ -73,6 +73,7 @@ from msprlab.engine.success import hash_query
 
 from ..schema import EDGES, EMBEDDINGS, EVENTS, MEMORIES, PAYLOAD_FIELDS, QUERIES, Dataset
 from ..store import Progress
+from ..strict_json import DuplicateKeyError, loads
 from ..validate import IngestError, show, validate
 
 __all__ = ["DEFAULT_COLLECTION", "EMBEDDER", "FLAGS", "NODE_STATE_KEY", "load_contextkit"]
@@ -342,7 +343,9 @@ def _entries(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
                 continue
             where = f"{path.name} line {number}"
             try:
-                entry = json.loads(raw)
+                entry = loads(raw)
+            except DuplicateKeyError as e:
+                raise IngestError(where, str(e), field=e.field) from None
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise IngestError(where, f"not JSON ({e})") from None
             if number == 1:
