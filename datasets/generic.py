@@ -87,7 +87,11 @@ def _timestamp(v: Any) -> datetime:
     except (TypeError, ValueError):
         raise _Bad(f"expected an ISO-8601 timestamp, got {show(v)}") from None
     if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        try:
+            parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError:  # e.g. 9999-12-31T23:00-02:00 is past the last UTC datetime
+            raise _Bad(f"expected a timestamp within years 1-9999 once converted to UTC, "
+                       f"got {show(v)}") from None
     return parsed
 
 
@@ -197,6 +201,8 @@ def _parquet_column(frame: pl.DataFrame, column: str, dtype: pl.DataType,
         ok = source == dtype
     if not ok:
         raise IngestError(file, f"column {column!r} is {source}, expected {dtype}")
+    if isinstance(source, pl.Datetime | pl.Date):
+        _check_time_range(series, file)
     if isinstance(source, pl.Datetime) and source.time_zone is not None:
         series = series.dt.convert_time_zone("UTC").dt.replace_time_zone(None)
     if source == pl.String and dtype == pl.Datetime("us"):
@@ -215,6 +221,30 @@ def _parquet_column(frame: pl.DataFrame, column: str, dtype: pl.DataType,
         for i, text in enumerate(series):
             _parquet_value(_object_text, text, file, i, column)
     return series
+
+
+# The instants a Python datetime can hold (years 1-9999), in µs since 1970 (Parquet's
+# physical values are UTC). Beyond them the cast to µs may wrap and the store would
+# hold a time no reader can turn back into a datetime.
+_FIRST_US, _LAST_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+_PER_US = {"us": 1, "ms": 1_000}  # ns always lies within (years 1677-2262)
+
+
+def _check_time_range(series: pl.Series, file: str) -> None:
+    dtype = series.dtype
+    if isinstance(dtype, pl.Datetime):
+        unit = str(dtype.time_unit)
+        if unit not in _PER_US:
+            return
+        per = _PER_US[unit]
+    else:
+        unit, per = "days", 86_400_000_000
+    physical = series.to_physical().cast(pl.Int64)
+    i = first_bad_row(physical.to_frame(),
+                      ~pl.first().is_between(_FIRST_US // per, _LAST_US // per))
+    if i is not None:
+        raise IngestError(f"{file} row {i}", f"expected a timestamp within years 1-9999, got "
+                          f"{physical[i]} {unit} since 1970-01-01", field=series.name)
 
 
 def _object_text(text: str) -> str:

@@ -115,7 +115,11 @@ def _time(value: Any, where: str, field: str) -> datetime:
         moment = datetime.fromisoformat(value)
     except (TypeError, ValueError):
         _fail(where, field, f"expected an ISO-8601 timestamp, got {show(value)}")
-    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+    try:
+        return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+    except OverflowError:  # e.g. 9999-12-31T23:00-08:00 is past the last UTC datetime
+        _fail(where, field, f"expected a timestamp within years 1-9999 once converted to "
+                            f"UTC, got {show(value)}")
 
 
 def _maybe_time(value: Any, where: str, field: str) -> datetime | None:
