@@ -271,7 +271,12 @@ def _parquet_value(convert: Callable[[Any], Any], value: Any, file: str, i: int,
 
 def _read_parquet(path: Path, table: str) -> pl.DataFrame:
     schema, required = TABLES[table], REQUIRED[table]
-    raw = pl.read_parquet(path)
+    try:
+        raw = pl.read_parquet(path)
+    except pl.exceptions.ComputeError as exc:  # empty, truncated or not Parquet at all
+        reason = str(exc).split("\n", 1)[0]
+        raise IngestError(path.name, f"not a readable Parquet file ({reason}); write it "
+                          "again, or give the table as .jsonl") from None
     if unknown := [c for c in raw.columns if c not in schema]:
         raise IngestError(path.name, f"unknown column(s) {unknown}; {table} columns are "
                           f"{', '.join(schema)} (datasets/FORMAT.md)")
@@ -317,6 +322,9 @@ def _table_files(folder: Path) -> dict[str, Path]:
         if path.name.startswith(".") or path.suffix.lower() not in _TABLE_LIKE:
             continue
         table, suffix = path.stem, path.suffix.lower()
+        if path.is_dir():  # a Parquet reader would read a folder as a dataset of files
+            raise IngestError(path.name, f"cannot be read (Is a directory); expected a "
+                              f"readable file at {path}")
         if table not in SUFFIXES:
             raise IngestError(path.name, f"unknown table file; expected "
                               f"{', '.join(SUFFIXES)} (datasets/FORMAT.md)")

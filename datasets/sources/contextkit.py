@@ -163,6 +163,10 @@ def _check_inputs(paths: dict[str, Path | None]) -> None:
         if path is None:
             continue
         flag = FLAGS[name]
+        if path.is_symlink() and not path.exists():  # exists() follows the link
+            raise IngestError(str(path), f"a dangling symbolic link or a link loop (to "
+                                         f"{path.readlink()}; given as {flag}): point it at "
+                                         "an existing file")
         if not path.exists():
             raise IngestError(str(path), f"no such {'folder' if name == 'qdrant_path' else 'file'}"
                                          f" (given as {flag})")
@@ -198,10 +202,15 @@ def _wal(path: Path) -> Path:
 def _digest(paths: dict[str, Path | None], collection: str) -> str:
     sha = hashlib.sha256()
     for label, file in _files(paths):
-        sha.update(f"{label}\0{file.stat().st_size}\0".encode())
-        with file.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                sha.update(chunk)
+        try:
+            sha.update(f"{label}\0{file.stat().st_size}\0".encode())
+            with file.open("rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    sha.update(chunk)
+        except OSError as exc:  # no read permission, or a link inside the Qdrant folder
+            flag = FLAGS[label.split("/")[0].removesuffix("-wal")]
+            raise IngestError(str(file), f"cannot be read ({exc.strerror or exc}; given as "
+                                         f"{flag}); make it readable") from None
     sha.update(json.dumps({"collection": collection, "loader_revision": _LOADER_REVISION}).encode())
     return sha.hexdigest()
 
