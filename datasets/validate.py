@@ -18,13 +18,16 @@ Row rules:
 - memories and edges: updated_at >= created_at; a memory's deleted_at after created_at;
 - memories: no metadata key is a payload field (`schema.PAYLOAD_FIELDS`: the replay builds
   those from the memory's columns, and a metadata key would overwrite them);
+- memory_id, query_id and user_id are non-empty and free of whitespace (TREC files split
+  on it; owner filters compare exactly);
 - events: memory_* / feedback / access / click need memory_id; search needs query and limit >= 0;
   feedback needs helpful; every memory_id, query_id and shown id given must be known.
 
 Table rules: unique memory_id, query_id, (memory_id, embedder), (query_id, embedder),
 (src, dst, type) and
-(query_id, memory_id) in qrels; every vector of one embedder has the same length; events
-have unique (ts, seq) and event_id is dense 0..n-1 in (ts, seq) order.
+(query_id, memory_id) in qrels; every vector of one embedder has the same length, and a
+query vector the length of the memories' vectors of its embedder; events have unique
+(ts, seq) and event_id is dense 0..n-1 in (ts, seq) order.
 
 Where a row is reported: sources may add the provenance columns `_file` and `_row`. An
 integer `_row` is a 1-based line number for line-oriented text files (.jsonl, .tsv, .txt,
@@ -112,6 +115,20 @@ def _required(column: str) -> _Rule:
     return _Rule(column, pl.col(column).is_null(), lambda f, i: "required, got null")
 
 
+def _id(column: str, *, why: str) -> _Rule:
+    text = pl.col(column)
+    return _Rule(column, (text.str.len_bytes() == 0) | text.str.contains(r"\s"),
+                 lambda f, i: f"expected a non-empty id without whitespace, got "
+                              f"{show(f[column][i])}; rename it everywhere it is used ({why})")
+
+
+# Why an id must be one token: memory and query ids are written to TREC qrels and run
+# files, which split on whitespace (`msprlab evaluate` refuses such files), and an owner
+# id is what a search's filters match exactly.
+_TREC_ID = "TREC qrels and run files split fields on whitespace"
+_OWNER_ID = "search filters compare owner ids exactly, so a stray space makes another owner"
+
+
 def _known(column: str, known: pl.Series, table: str) -> _Rule:
     bad = pl.col(column).is_not_null() & ~pl.col(column).is_in(known.implode())
     return _Rule(column, bad, lambda f, i: f"unknown {known.name} {show(f[column][i])} "
@@ -150,7 +167,8 @@ def _check(frame: pl.DataFrame, table: str, rules: Sequence[_Rule]) -> None:
 
 
 def _memories() -> tuple[list[_Rule], list[_Rule]]:
-    rows = [_required("memory_id"),
+    rows = [_required("memory_id"), _id("memory_id", why=_TREC_ID),
+            _id("user_id", why=_OWNER_ID),
             _not_before("updated_at", "created_at", strict=False),
             _not_before("deleted_at", "created_at", strict=True),
             _Rule("metadata", pl.col("metadata").map_batches(_has_reserved_key,
@@ -186,11 +204,15 @@ def _has_reserved_key(metadata: pl.Series) -> pl.Series:
 
 
 def _queries() -> tuple[list[_Rule], list[_Rule]]:
-    return [_required("query_id")], [_unique(["query_id"], "queries")]
+    rows = [_required("query_id"), _id("query_id", why=_TREC_ID), _id("user_id", why=_OWNER_ID)]
+    return rows, [_unique(["query_id"], "queries")]
 
 
 def _embeddings(ids: pl.Series, *, key: str = "memory_id", table: str = "embeddings",
-                known_in: str = "memories") -> tuple[list[_Rule], list[_Rule]]:
+                known_in: str = "memories", like: pl.DataFrame | None = None,
+                ) -> tuple[list[_Rule], list[_Rule]]:
+    """Rules of an embeddings table; `like`: the memories' embeddings, which query vectors
+    must match in length."""
     vector = pl.col("vector")
     dims = vector.list.len()
     rows = [_required(key), _required("embedder"),
@@ -202,7 +224,23 @@ def _embeddings(ids: pl.Series, *, key: str = "memory_id", table: str = "embeddi
     same_dim = _Rule("vector", dims != dims.first().over("embedder"),
                      lambda f, i: f"expected {_first_dim(f, i)} numbers like the embedder's "
                                   f"first vector, got {len(f['vector'][i])}")
-    return rows, [same_dim, _unique([key, "embedder"], table)]
+    other_dims = [] if like is None else [_memory_dims(like)]
+    return rows, [same_dim, *other_dims, _unique([key, "embedder"], table)]
+
+
+def _memory_dims(embeddings: pl.DataFrame) -> _Rule:
+    """A query vector has the length of the memories' vectors of its embedder."""
+    first = embeddings.group_by("embedder", maintain_order=True).agg(
+        pl.col("vector").first().list.len().alias("dim"))
+    dims = dict(zip(first["embedder"].to_list(), first["dim"].to_list(), strict=True))
+    expected = pl.col("embedder").replace_strict(dims, default=None, return_dtype=pl.UInt32)
+
+    def reason(frame: pl.DataFrame, i: int) -> str:
+        embedder = frame["embedder"][i]
+        return (f"expected {dims[embedder]} numbers like the memories' {embedder!r} vectors "
+                f"(embeddings), got {len(frame['vector'][i])}: a query vector must be in "
+                "the memories' embedding space")
+    return _Rule("vector", pl.col("vector").list.len() != expected, reason)
 
 
 def _first_dim(frame: pl.DataFrame, i: int) -> int:
@@ -239,6 +277,7 @@ def _events(memory_ids: pl.Series, query_ids: pl.Series) -> tuple[list[_Rule], l
 
     unknown_shown = pl.col("shown").list.eval(~pl.element().is_in(memory_ids.implode()))
     rows = [_required("event_id"), _required("ts"), _required("seq"), _required("kind"),
+            _id("user_id", why=_OWNER_ID),
             needs("memory_id", _MEMORY_KINDS), needs("query", ("search",)),
             needs("limit", ("search",)), needs("helpful", ("feedback",)),
             _Rule("limit", pl.col("limit") < 0,
@@ -321,7 +360,7 @@ def validate(ds: Dataset) -> None:
         "qrels": _qrels(memory_ids, query_ids),
         "events": _events(memory_ids, query_ids),
         "query_embeddings": _embeddings(query_ids, key="query_id", table="query_embeddings",
-                                        known_in="queries"),
+                                        known_in="queries", like=frames["embeddings"]),
     }
     for table, (row_rules, table_rules) in plans.items():
         frame = frames[table]
