@@ -23,6 +23,7 @@ import polars as pl
 
 from .schema import EVENT_KINDS, TABLES, Dataset, empty
 from .store import Progress
+from .strict_json import DuplicateKeyError, loads
 from .trec import read_qrels
 from .validate import IngestError, first_bad_row, locate, show
 
@@ -86,7 +87,11 @@ def _timestamp(v: Any) -> datetime:
     except (TypeError, ValueError):
         raise _Bad(f"expected an ISO-8601 timestamp, got {show(v)}") from None
     if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        try:
+            parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError:  # e.g. 9999-12-31T23:00-02:00 is past the last UTC datetime
+            raise _Bad(f"expected a timestamp within years 1-9999 once converted to UTC, "
+                       f"got {show(v)}") from None
     return parsed
 
 
@@ -161,9 +166,11 @@ def _read_jsonl(path: Path, table: str) -> pl.DataFrame:
 def _parse_line(raw: bytes, path: Path, number: int) -> dict[str, Any]:
     where = f"{path.name} line {number}"
     try:
-        record = json.loads(raw.decode("utf-8").rstrip("\r\n"))
+        record = loads(raw.decode("utf-8").rstrip("\r\n"))
     except UnicodeDecodeError as exc:
         raise IngestError(where, f"not UTF-8 text ({exc.reason})") from None
+    except DuplicateKeyError as exc:
+        raise IngestError(where, str(exc), field=exc.field) from None
     except json.JSONDecodeError as exc:
         at = exc.msg if exc.msg.endswith(" at") else f"{exc.msg} at"
         raise IngestError(where, f"invalid JSON: {at} column {exc.colno}") from None
@@ -194,6 +201,8 @@ def _parquet_column(frame: pl.DataFrame, column: str, dtype: pl.DataType,
         ok = source == dtype
     if not ok:
         raise IngestError(file, f"column {column!r} is {source}, expected {dtype}")
+    if isinstance(source, pl.Datetime | pl.Date):
+        _check_time_range(series, file)
     if isinstance(source, pl.Datetime) and source.time_zone is not None:
         series = series.dt.convert_time_zone("UTC").dt.replace_time_zone(None)
     if source == pl.String and dtype == pl.Datetime("us"):
@@ -214,9 +223,35 @@ def _parquet_column(frame: pl.DataFrame, column: str, dtype: pl.DataType,
     return series
 
 
+# The instants a Python datetime can hold (years 1-9999), in µs since 1970 (Parquet's
+# physical values are UTC). Beyond them the cast to µs may wrap and the store would
+# hold a time no reader can turn back into a datetime.
+_FIRST_US, _LAST_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+_PER_US = {"us": 1, "ms": 1_000}  # ns always lies within (years 1677-2262)
+
+
+def _check_time_range(series: pl.Series, file: str) -> None:
+    dtype = series.dtype
+    if isinstance(dtype, pl.Datetime):
+        unit = str(dtype.time_unit)
+        if unit not in _PER_US:
+            return
+        per = _PER_US[unit]
+    else:
+        unit, per = "days", 86_400_000_000
+    physical = series.to_physical().cast(pl.Int64)
+    i = first_bad_row(physical.to_frame(),
+                      ~pl.first().is_between(_FIRST_US // per, _LAST_US // per))
+    if i is not None:
+        raise IngestError(f"{file} row {i}", f"expected a timestamp within years 1-9999, got "
+                          f"{physical[i]} {unit} since 1970-01-01", field=series.name)
+
+
 def _object_text(text: str) -> str:
     try:
-        value = json.loads(text)
+        value = loads(text)
+    except DuplicateKeyError as exc:
+        raise _Bad(str(exc)) from None
     except json.JSONDecodeError:
         value = None
     if type(value) is not dict:
@@ -236,7 +271,12 @@ def _parquet_value(convert: Callable[[Any], Any], value: Any, file: str, i: int,
 
 def _read_parquet(path: Path, table: str) -> pl.DataFrame:
     schema, required = TABLES[table], REQUIRED[table]
-    raw = pl.read_parquet(path)
+    try:
+        raw = pl.read_parquet(path)
+    except pl.exceptions.ComputeError as exc:  # empty, truncated or not Parquet at all
+        reason = str(exc).split("\n", 1)[0]
+        raise IngestError(path.name, f"not a readable Parquet file ({reason}); write it "
+                          "again, or give the table as .jsonl") from None
     if unknown := [c for c in raw.columns if c not in schema]:
         raise IngestError(path.name, f"unknown column(s) {unknown}; {table} columns are "
                           f"{', '.join(schema)} (datasets/FORMAT.md)")
@@ -282,6 +322,9 @@ def _table_files(folder: Path) -> dict[str, Path]:
         if path.name.startswith(".") or path.suffix.lower() not in _TABLE_LIKE:
             continue
         table, suffix = path.stem, path.suffix.lower()
+        if path.is_dir():  # a Parquet reader would read a folder as a dataset of files
+            raise IngestError(path.name, f"cannot be read (Is a directory); expected a "
+                              f"readable file at {path}")
         if table not in SUFFIXES:
             raise IngestError(path.name, f"unknown table file; expected "
                               f"{', '.join(SUFFIXES)} (datasets/FORMAT.md)")

@@ -17,14 +17,20 @@ Row rules:
 - edges: known src and dst, `type` one of the engine's `EdgeType` names, weight in [0, 1];
 - memories and edges: updated_at >= created_at; a memory's deleted_at after created_at;
 - memories: no metadata key is a payload field (`schema.PAYLOAD_FIELDS`: the replay builds
-  those from the memory's columns, and a metadata key would overwrite them);
+  those from the memory's columns, and a metadata key would overwrite them); created_at is
+  set when there are events (the replay adds a memory at its created_at);
+- memory_id, query_id and user_id are non-empty and free of whitespace (TREC files split
+  on it; owner filters compare exactly);
 - events: memory_* / feedback / access / click need memory_id; search needs query and limit >= 0;
   feedback needs helpful; every memory_id, query_id and shown id given must be known.
 
 Table rules: unique memory_id, query_id, (memory_id, embedder), (query_id, embedder),
 (src, dst, type) and
-(query_id, memory_id) in qrels; every vector of one embedder has the same length; events
-have unique (ts, seq) and event_id is dense 0..n-1 in (ts, seq) order.
+(query_id, memory_id) in qrels; every vector of one embedder has the same length, and a
+query vector the length of the memories' vectors of its embedder; events have unique
+(ts, seq) and event_id is dense 0..n-1 in (ts, seq) order; memory events agree with the
+memories table (none before created_at, memory_deleted only with deleted_at, one
+memory_added and one memory_deleted at most, memory_added before the others).
 
 Where a row is reported: sources may add the provenance columns `_file` and `_row`. An
 integer `_row` is a 1-based line number for line-oriented text files (.jsonl, .tsv, .txt,
@@ -112,6 +118,20 @@ def _required(column: str) -> _Rule:
     return _Rule(column, pl.col(column).is_null(), lambda f, i: "required, got null")
 
 
+def _id(column: str, *, why: str) -> _Rule:
+    text = pl.col(column)
+    return _Rule(column, (text.str.len_bytes() == 0) | text.str.contains(r"\s"),
+                 lambda f, i: f"expected a non-empty id without whitespace, got "
+                              f"{show(f[column][i])}; rename it everywhere it is used ({why})")
+
+
+# Why an id must be one token: memory and query ids are written to TREC qrels and run
+# files, which split on whitespace (`msprlab evaluate` refuses such files), and an owner
+# id is what a search's filters match exactly.
+_TREC_ID = "TREC qrels and run files split fields on whitespace"
+_OWNER_ID = "search filters compare owner ids exactly, so a stray space makes another owner"
+
+
 def _known(column: str, known: pl.Series, table: str) -> _Rule:
     bad = pl.col(column).is_not_null() & ~pl.col(column).is_in(known.implode())
     return _Rule(column, bad, lambda f, i: f"unknown {known.name} {show(f[column][i])} "
@@ -137,20 +157,27 @@ def _unique(columns: Sequence[str], table: str) -> _Rule:
     return _Rule(columns[-1], ~key.is_first_distinct(), reason)
 
 
-def _check(frame: pl.DataFrame, table: str, rules: Sequence[_Rule]) -> None:
-    """Raise for the first row that breaks any rule, naming the first rule it breaks."""
+def _first_broken(frame: pl.DataFrame, rules: Sequence[_Rule]) -> tuple[int, _Rule] | None:
+    """The first row that breaks any rule, and the first rule it breaks."""
     if not rules or frame.height == 0:
-        return
+        return None
     flags = frame.select([r.bad.fill_null(False).alias(f"r{k}") for k, r in enumerate(rules)])
     row = first_bad_row(flags, pl.any_horizontal(pl.all()))
     if row is None:
-        return
-    rule = next(r for r, broken in zip(rules, flags.row(row), strict=True) if broken)
-    raise IngestError(locate(frame, table, row), rule.reason(frame, row), field=rule.field)
+        return None
+    return row, next(r for r, broken in zip(rules, flags.row(row), strict=True) if broken)
 
 
-def _memories() -> tuple[list[_Rule], list[_Rule]]:
-    rows = [_required("memory_id"),
+def _check(frame: pl.DataFrame, table: str, rules: Sequence[_Rule]) -> None:
+    """Raise for the first row that breaks any rule, naming the first rule it breaks."""
+    if (broken := _first_broken(frame, rules)) is not None:
+        row, rule = broken
+        raise IngestError(locate(frame, table, row), rule.reason(frame, row), field=rule.field)
+
+
+def _memories(*, timeline: bool) -> tuple[list[_Rule], list[_Rule]]:
+    rows = [_required("memory_id"), _id("memory_id", why=_TREC_ID),
+            _id("user_id", why=_OWNER_ID),
             _not_before("updated_at", "created_at", strict=False),
             _not_before("deleted_at", "created_at", strict=True),
             _Rule("metadata", pl.col("metadata").map_batches(_has_reserved_key,
@@ -158,6 +185,11 @@ def _memories() -> tuple[list[_Rule], list[_Rule]]:
                   lambda f, i: f"key {_reserved_key(f['metadata'][i])!r} is a payload field "
                                "the memory's own columns set, and would overwrite it at replay "
                                f"(reserved: {', '.join(PAYLOAD_FIELDS)}); rename it")]
+    if timeline:  # the replay adds each memory to the timeline at its created_at
+        rows.append(_Rule("created_at", pl.col("created_at").is_null(),
+                          lambda f, i: "required when the store has events (a replay adds "
+                                       "each memory at its created_at); give every memory "
+                                       "its creation time"))
     return rows, [_unique(["memory_id"], "memories")]
 
 
@@ -186,11 +218,15 @@ def _has_reserved_key(metadata: pl.Series) -> pl.Series:
 
 
 def _queries() -> tuple[list[_Rule], list[_Rule]]:
-    return [_required("query_id")], [_unique(["query_id"], "queries")]
+    rows = [_required("query_id"), _id("query_id", why=_TREC_ID), _id("user_id", why=_OWNER_ID)]
+    return rows, [_unique(["query_id"], "queries")]
 
 
 def _embeddings(ids: pl.Series, *, key: str = "memory_id", table: str = "embeddings",
-                known_in: str = "memories") -> tuple[list[_Rule], list[_Rule]]:
+                known_in: str = "memories", like: pl.DataFrame | None = None,
+                ) -> tuple[list[_Rule], list[_Rule]]:
+    """Rules of an embeddings table; `like`: the memories' embeddings, which query vectors
+    must match in length."""
     vector = pl.col("vector")
     dims = vector.list.len()
     rows = [_required(key), _required("embedder"),
@@ -202,7 +238,23 @@ def _embeddings(ids: pl.Series, *, key: str = "memory_id", table: str = "embeddi
     same_dim = _Rule("vector", dims != dims.first().over("embedder"),
                      lambda f, i: f"expected {_first_dim(f, i)} numbers like the embedder's "
                                   f"first vector, got {len(f['vector'][i])}")
-    return rows, [same_dim, _unique([key, "embedder"], table)]
+    other_dims = [] if like is None else [_memory_dims(like)]
+    return rows, [same_dim, *other_dims, _unique([key, "embedder"], table)]
+
+
+def _memory_dims(embeddings: pl.DataFrame) -> _Rule:
+    """A query vector has the length of the memories' vectors of its embedder."""
+    first = embeddings.group_by("embedder", maintain_order=True).agg(
+        pl.col("vector").first().list.len().alias("dim"))
+    dims = dict(zip(first["embedder"].to_list(), first["dim"].to_list(), strict=True))
+    expected = pl.col("embedder").replace_strict(dims, default=None, return_dtype=pl.UInt32)
+
+    def reason(frame: pl.DataFrame, i: int) -> str:
+        embedder = frame["embedder"][i]
+        return (f"expected {dims[embedder]} numbers like the memories' {embedder!r} vectors "
+                f"(embeddings), got {len(frame['vector'][i])}: a query vector must be in "
+                "the memories' embedding space")
+    return _Rule("vector", pl.col("vector").list.len() != expected, reason)
 
 
 def _first_dim(frame: pl.DataFrame, i: int) -> int:
@@ -239,6 +291,7 @@ def _events(memory_ids: pl.Series, query_ids: pl.Series) -> tuple[list[_Rule], l
 
     unknown_shown = pl.col("shown").list.eval(~pl.element().is_in(memory_ids.implode()))
     rows = [_required("event_id"), _required("ts"), _required("seq"), _required("kind"),
+            _id("user_id", why=_OWNER_ID),
             needs("memory_id", _MEMORY_KINDS), needs("query", ("search",)),
             needs("limit", ("search",)), needs("helpful", ("feedback",)),
             _Rule("limit", pl.col("limit") < 0,
@@ -283,6 +336,54 @@ def _timeline(frame: pl.DataFrame) -> None:
                       f"(ts, seq) order), got {first['event_id']}", field="event_id")
 
 
+_ADDED, _UPDATED, _DELETED = "memory_added", "memory_updated", "memory_deleted"
+
+
+def _memory_history(events: pl.DataFrame, memories: pl.DataFrame) -> None:
+    """Each memory's events agree with its row in memories and with one another."""
+    kind, ts = pl.col("kind"), pl.col("ts")
+    added, deleted = kind == _ADDED, kind == _DELETED
+    history = (events.with_row_index("_i")
+               .filter(kind.is_in([_ADDED, _UPDATED, _DELETED]))
+               .join(memories.select("memory_id", "created_at", "deleted_at"),
+                     on="memory_id", how="left")
+               .sort("ts", "seq")
+               .with_columns(
+                   _adds_before=(added.cum_sum() - added).over("memory_id"),
+                   _deletes_before=(deleted.cum_sum() - deleted).over("memory_id"),
+                   _added_i=pl.col("_i").filter(added).first().over("memory_id"),
+                   _deleted_i=pl.col("_i").filter(deleted).first().over("memory_id")))
+
+    def said(text: str) -> Callable[[pl.DataFrame, int], str]:
+        def reason(f: pl.DataFrame, i: int) -> str:
+            values = {k: show(f[k][i]) for k in ("ts", "created_at", "deleted_at")}
+            for name, column in (("added", "_added_i"), ("deleted", "_deleted_i")):
+                if f[column][i] is not None:  # where that memory's event is
+                    values[name] = locate(events, "events", f[column][i])
+            return f"{f['kind'][i]} of {f['memory_id'][i]!r} " + text.format(**values)
+        return reason
+
+    rules = [
+        _Rule("ts", ts < pl.col("created_at"), said(
+            "at {ts} is before the memory's created_at {created_at} (memories): nothing "
+            "happens to a memory before it exists")),
+        _Rule("kind", deleted & pl.col("deleted_at").is_null(), said(
+            "is for a memory without deleted_at (memories), and a replay deletes a memory at "
+            "its deleted_at: set it, or drop the event")),
+        _Rule("kind", added & (pl.col("_adds_before") > 0), said(
+            "a second time (first at {added}): a memory is added once")),
+        _Rule("kind", ~added & pl.col("_added_i").is_not_null() & (pl.col("_adds_before") == 0),
+              said("comes before its memory_added (at {added}) on the timeline: a memory is "
+                   "added before it is updated or deleted")),
+        _Rule("kind", deleted & (pl.col("_deletes_before") > 0), said(
+            "a second time (first at {deleted}): a memory is deleted once")),
+    ]
+    if (broken := _first_broken(history, rules)) is not None:
+        row, rule = broken
+        raise IngestError(locate(events, "events", history["_i"][row]),
+                          rule.reason(history, row), field=rule.field)
+
+
 def _require(frame: pl.DataFrame, table: str) -> None:
     try:
         require(frame, TABLES[table], what=table)
@@ -314,14 +415,14 @@ def validate(ds: Dataset) -> None:
     memory_ids = frames["memories"]["memory_id"].drop_nulls()
     query_ids = frames["queries"]["query_id"].drop_nulls()
     plans = {
-        "memories": _memories(),
+        "memories": _memories(timeline=frames["events"].height > 0),
         "queries": _queries(),
         "embeddings": _embeddings(memory_ids),
         "edges": _edges(memory_ids),
         "qrels": _qrels(memory_ids, query_ids),
         "events": _events(memory_ids, query_ids),
         "query_embeddings": _embeddings(query_ids, key="query_id", table="query_embeddings",
-                                        known_in="queries"),
+                                        known_in="queries", like=frames["embeddings"]),
     }
     for table, (row_rules, table_rules) in plans.items():
         frame = frames[table]
@@ -329,3 +430,4 @@ def validate(ds: Dataset) -> None:
         _check(frame, table, table_rules)
         if table == "events" and frame.height:
             _timeline(frame)
+            _memory_history(frame, frames["memories"])

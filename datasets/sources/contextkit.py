@@ -73,6 +73,7 @@ from msprlab.engine.success import hash_query
 
 from ..schema import EDGES, EMBEDDINGS, EVENTS, MEMORIES, PAYLOAD_FIELDS, QUERIES, Dataset
 from ..store import Progress
+from ..strict_json import DuplicateKeyError, loads
 from ..validate import IngestError, show, validate
 
 __all__ = ["DEFAULT_COLLECTION", "EMBEDDER", "FLAGS", "NODE_STATE_KEY", "load_contextkit"]
@@ -114,7 +115,11 @@ def _time(value: Any, where: str, field: str) -> datetime:
         moment = datetime.fromisoformat(value)
     except (TypeError, ValueError):
         _fail(where, field, f"expected an ISO-8601 timestamp, got {show(value)}")
-    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+    try:
+        return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+    except OverflowError:  # e.g. 9999-12-31T23:00-08:00 is past the last UTC datetime
+        _fail(where, field, f"expected a timestamp within years 1-9999 once converted to "
+                            f"UTC, got {show(value)}")
 
 
 def _maybe_time(value: Any, where: str, field: str) -> datetime | None:
@@ -158,6 +163,10 @@ def _check_inputs(paths: dict[str, Path | None]) -> None:
         if path is None:
             continue
         flag = FLAGS[name]
+        if path.is_symlink() and not path.exists():  # exists() follows the link
+            raise IngestError(str(path), f"a dangling symbolic link or a link loop (to "
+                                         f"{path.readlink()}; given as {flag}): point it at "
+                                         "an existing file")
         if not path.exists():
             raise IngestError(str(path), f"no such {'folder' if name == 'qdrant_path' else 'file'}"
                                          f" (given as {flag})")
@@ -193,10 +202,15 @@ def _wal(path: Path) -> Path:
 def _digest(paths: dict[str, Path | None], collection: str) -> str:
     sha = hashlib.sha256()
     for label, file in _files(paths):
-        sha.update(f"{label}\0{file.stat().st_size}\0".encode())
-        with file.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                sha.update(chunk)
+        try:
+            sha.update(f"{label}\0{file.stat().st_size}\0".encode())
+            with file.open("rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    sha.update(chunk)
+        except OSError as exc:  # no read permission, or a link inside the Qdrant folder
+            flag = FLAGS[label.split("/")[0].removesuffix("-wal")]
+            raise IngestError(str(file), f"cannot be read ({exc.strerror or exc}; given as "
+                                         f"{flag}); make it readable") from None
     sha.update(json.dumps({"collection": collection, "loader_revision": _LOADER_REVISION}).encode())
     return sha.hexdigest()
 
@@ -342,7 +356,9 @@ def _entries(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
                 continue
             where = f"{path.name} line {number}"
             try:
-                entry = json.loads(raw)
+                entry = loads(raw)
+            except DuplicateKeyError as e:
+                raise IngestError(where, str(e), field=e.field) from None
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise IngestError(where, f"not JSON ({e})") from None
             if number == 1:
