@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from msprlab.datasets import strict_json
 from msprlab.engine.config import ConfigError, EngineConfig
 from msprlab.engine.config_dict import config_from_dict
 from msprlab.engine.graph import EdgeType
@@ -187,7 +188,10 @@ def _parse_time(reader: _Reader, text: str) -> datetime:
         raise reader.fail(f"expected an ISO-8601 timestamp, got {text!r}") from None
     offset = moment.utcoffset()
     if offset is not None:  # the graph keeps naive UTC
-        moment = (moment - offset).replace(tzinfo=None)
+        try:
+            moment = (moment - offset).replace(tzinfo=None)
+        except OverflowError:
+            raise reader.fail(f"{text!r} falls outside years 1-9999 in UTC") from None
     return moment
 
 
@@ -195,7 +199,13 @@ def load_scenario(path: Path) -> Scenario:
     """Read and validate one scenario file."""
     source = str(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = strict_json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScenarioError(f"{source}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    except strict_json.DuplicateKeyError as exc:
+        raise ScenarioError(f"{source}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ScenarioError(f"{source}: line {exc.lineno} column {exc.colno}: "
                             f"not valid JSON: {exc.msg}") from None

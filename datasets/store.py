@@ -35,7 +35,7 @@ from polars.datatypes import DataTypeClass
 
 from .atomic import pid_alive
 from .schema import EVENT_KINDS, MANIFEST, TABLES, Dataset
-from .validate import validate
+from .validate import IngestError, validate
 
 __all__ = ["IngestReport", "Progress", "StoreConflictError", "ingest", "load_dataset",
            "manifest", "open_store"]
@@ -49,6 +49,10 @@ _STAGES = ("validate", *TABLES, "manifest", "index", "commit")
 
 class StoreConflictError(ValueError):
     """The store holds another dataset, and the ingest was not asked to replace it."""
+
+
+class StoreError(ValueError):
+    """A file given as an event store that cannot be read as one."""
 
 
 @dataclass(frozen=True)
@@ -113,10 +117,17 @@ def _atomic_database(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     tmp = _temp_name(path)
     wal = tmp.with_name(tmp.name + ".wal")
     try:
-        con = duckdb.connect(str(tmp))
+        try:
+            con = duckdb.connect(str(tmp))
+        except duckdb.Error as exc:  # a folder that cannot hold the file
+            raise IngestError(f"--store {path}", f"cannot create the store there "
+                              f"({_reason(exc)}); give a writable path") from None
         try:
             yield con
             con.execute("CHECKPOINT")
+        except (duckdb.IOException, duckdb.FatalException) as exc:  # e.g. a full disk
+            raise IngestError(f"--store {path}", f"writing the store failed "
+                              f"({_reason(exc)}); nothing was replaced") from None
         finally:
             con.close()
         with tmp.open("rb") as handle:
@@ -126,6 +137,10 @@ def _atomic_database(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     finally:
         tmp.unlink(missing_ok=True)
         wal.unlink(missing_ok=True)
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc).splitlines()[0].removeprefix("IO Error: ")
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -250,12 +265,17 @@ def open_store(path: Path) -> duckdb.DuckDBPyConnection:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no event store here; create one with "
                                 "`msprlab ingest SOURCE ... --store PATH`")
-    con = duckdb.connect(str(path), read_only=True)
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:  # not DuckDB, truncated, or locked by a writer
+        raise StoreError(f"{path}: cannot be opened as an event store ({_reason(exc)}); give a "
+                         "store written by `msprlab ingest`, or ingest it again") from None
     tables = {row[0] for row in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     missing = sorted((set(TABLES) | {"manifest"}) - tables - _OPTIONAL)
     if missing:
         con.close()
-        raise ValueError(f"{path}: not an msprlab event store (missing tables {missing})")
+        raise StoreError(f"{path}: a DuckDB file but not an msprlab event store (missing "
+                         f"tables {missing}); give a store written by `msprlab ingest`")
     return con
 
 
@@ -267,7 +287,8 @@ def manifest(path: Path) -> dict[str, Any]:
     finally:
         con.close()
     if row.height != 1:
-        raise ValueError(f"{path}: the manifest has {row.height} rows, expected 1")
+        raise StoreError(f"{path}: the manifest has {row.height} rows, expected 1; ingest "
+                         "the store again")
     record: dict[str, Any] = row.row(0, named=True)
     record["counts"] = json.loads(record["counts"])
     return record

@@ -28,8 +28,10 @@ engine). Layout:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,8 +51,18 @@ class Bundle:
     """Files of one command's results under `folder`."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(folder)  # created by the first file written into it
+
+    def discard_if_empty(self) -> None:
+        """After a failure: remove the folder when it holds no result (at most the
+        provenance record), so a failed run leaves no empty bundle behind."""
+        if not self.folder.is_dir():
+            return
+        files = [p for p in self.folder.rglob("*") if p.is_file()]
+        if all(p.name == "provenance.json" for p in files):
+            shutil.rmtree(self.folder)
+            with contextlib.suppress(OSError):  # `results/` itself, when nothing else is in it
+                self.folder.parent.rmdir()
 
     def _path(self, relative: str) -> Path:
         path = self.folder / relative

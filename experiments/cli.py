@@ -26,6 +26,7 @@ from msprlab.experiments.exits import (
     print_error,
     run_guarded,
     stdout_console,
+    writable_folder,
 )
 from msprlab.experiments.ingest_cli import add_ingest_commands
 from msprlab.experiments.regress import add_regress_command
@@ -48,8 +49,8 @@ def _run_one(path: Path, engine: str, with_subgraph: bool) -> dict[str, Any]:
         except ImportError as exc:
             raise BadInput(f"--engine contextkit needs the parity extra: "
                            f"pip install 'msprlab[parity]' ({exc})") from None
-        raw = json.loads(path.read_text(encoding="utf-8"))
         load_scenario(path)  # same validation and error messages on both engines
+        raw = json.loads(path.read_text(encoding="utf-8"))
         return run_scenario_with_contextkit(raw, with_subgraph=with_subgraph)
     from msprlab.experiments.scenario_run import run_parsed
     return run_parsed(load_scenario(path), with_subgraph=with_subgraph)
@@ -98,7 +99,7 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
         print_error(f"{args.target}: no scenario files (*.json) found", console)
         return EXIT_BAD_INPUT
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
+        writable_folder(args.out, "--out")
     try:
         outputs = [(path, _run_one(path, args.engine, args.with_subgraph)) for path in files]
     except ScenarioError as exc:
@@ -107,8 +108,14 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
     for path, output in outputs:
         if args.out is None:
             print_output(console, output)
-        else:
-            write_json_atomic(args.out / f"{path.stem}.out.json", output)
+            continue
+        target = args.out / f"{path.stem}.out.json"
+        try:  # every scenario ran before anything is written
+            args.out.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(target, output)
+        except OSError as exc:
+            raise BadInput(f"--out {args.out}: cannot write {target.name} "
+                           f"({exc.strerror or exc}); give a writable folder") from None
     if args.out is not None:
         console.print(f"wrote {len(outputs)} output file(s) to {args.out}")
     return EXIT_OK

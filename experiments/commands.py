@@ -28,6 +28,7 @@ from msprlab.experiments.exits import (
     USER_ERRORS,
     print_error,
     stdout_console,
+    writable_folder,
 )
 
 from . import pipeline as P
@@ -447,6 +448,7 @@ def _at_least_one(text: str) -> int:
 
 def _context(args: argparse.Namespace, console: Console, bar: Progress, which: str) -> Context:
     cfg = load_experiment(args.experiment)
+    writable_folder(Path(args.root), "--root")
     tracker = None
     if not args.no_track:
         tracker = Tracker(args.tracking_uri or cfg.tracking.uri, cfg.tracking.experiment)
@@ -460,6 +462,7 @@ def _command(args: argparse.Namespace, which: str) -> int:
     started = time.perf_counter()
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), console=console, transient=True)
+    ctx: Context | None = None
     try:
         with bar:
             ctx = _context(args, console, bar, which)
@@ -482,8 +485,14 @@ def _command(args: argparse.Namespace, which: str) -> int:
                 if ctx.tracker is not None:
                     ctx.tracker.mlflow.log_artifacts(str(ctx.bundle.folder))
     except (*USER_ERRORS, FileNotFoundError) as exc:
+        if ctx is not None:
+            ctx.bundle.discard_if_empty()
         print_error(exc, console)
         return EXIT_BAD_INPUT
+    except BaseException:  # a bug or an interrupt: still no empty bundle left behind
+        if ctx is not None:
+            ctx.bundle.discard_if_empty()
+        raise
     console.print(f"results: {ctx.bundle.folder} (render them: msprlab report "
                   f"{ctx.bundle.folder})", highlight=False)
     if ctx.tracker is not None:

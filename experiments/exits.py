@@ -8,6 +8,7 @@ file named in the message, or to the terminal with --debug.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.text import Text
 
 from msprlab.datasets.scenario import ScenarioError
-from msprlab.datasets.store import StoreConflictError
+from msprlab.datasets.store import StoreConflictError, StoreError
 from msprlab.datasets.validate import IngestError
 
 from .experiment_config import ExperimentError
@@ -41,7 +42,7 @@ class BadInput(Exception):
 
 # Every error class whose message is written for the user; anything else is a bug.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    BadInput, ExperimentError, IngestError, ScenarioError, StoreConflictError)
+    BadInput, ExperimentError, IngestError, ScenarioError, StoreConflictError, StoreError)
 
 # A quoted value (a repr in a message): the quote opens after a space or bracket and
 # closes before punctuation, so the text between two values is never taken for one.
@@ -69,6 +70,36 @@ def print_error(message: object, console: Console | None = None, *,
     line = Text(f"{label}: ", style="red")
     line.append(cut_long_values(str(message)))
     console.print(line, highlight=False, soft_wrap=True)
+
+
+def writable_file(path: Path, flag: str) -> Path:
+    """`path` as a file a command may create or replace, or BadInput naming `flag`: not a
+    folder, not under a file, in a folder that can be written (created if missing)."""
+    path = Path(path)
+    if path.is_dir():
+        raise BadInput(f"{flag} {path}: is a folder; give a file path")
+    writable_folder(path.parent, flag, shown=path)
+    return path
+
+
+def writable_folder(path: Path, flag: str, *, shown: Path | None = None) -> Path:
+    """`path` as a folder a command may write into (created later if missing), or BadInput
+    naming `flag`: no file where a folder must be, the nearest existing folder writable."""
+    path = Path(path)
+    shown = shown or path
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BadInput(f"{flag} {shown}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"{flag} {shown}: the folder {existing} cannot be written")
+    return path
+
+
+# An OSError that says the machine, not msprlab, is in the way: exit 2, with the path.
+_ENVIRONMENT = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
 
 
 def stdout_console(min_width: int = 120) -> Console:
@@ -99,16 +130,26 @@ def run_guarded(func: Callable[[], int], *, debug: bool, stream: TextIO | None =
     except BrokenPipeError:  # `msprlab ... | head`: the reader left; not a failure of ours
         _silence_stdout()
         return EXIT_OK
-    except Exception as exc:
-        if debug:
-            traceback.print_exc(file=console.file)
-        log = _write_traceback()
-        where = "printed above" if debug else f"in {log}" if log else "not saved"
-        print_error(f"{type(exc).__name__}: {exc} (a bug in msprlab, not in your input; "
-                    f"traceback {where}; rerun with --debug to print it)", console,
-                    label="internal error")
-        return EXIT_INTERNAL
+    except OSError as exc:
+        if exc.errno not in _ENVIRONMENT:
+            return _internal(exc, console, debug)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print_error(f"{where}{exc.strerror or exc}", console)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # the boundary: every bug ends here, as exit 3
+        return _internal(exc, console, debug)
     return code
+
+
+def _internal(exc: BaseException, console: Console, debug: bool) -> int:
+    if debug:
+        traceback.print_exc(file=console.file)
+    log = _write_traceback()
+    where = "printed above" if debug else f"in {log}" if log else "not saved"
+    print_error(f"{type(exc).__name__}: {exc} (a bug in msprlab, not in your input; "
+                f"traceback {where}; rerun with --debug to print it)", console,
+                label="internal error")
+    return EXIT_INTERNAL
 
 
 def _write_traceback() -> Path | None:

@@ -21,7 +21,13 @@ from msprlab.datasets.schema import Dataset
 from msprlab.datasets.store import IngestReport, StoreConflictError, ingest
 from msprlab.datasets.store import Progress as ProgressCallback
 from msprlab.datasets.validate import IngestError
-from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error
+from msprlab.experiments.exits import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    BadInput,
+    print_error,
+    writable_file,
+)
 
 __all__ = ["add_ingest_commands", "add_store_arguments", "run_ingest"]
 
@@ -51,11 +57,12 @@ def run_ingest(read: Callable[[ProgressCallback], Dataset], store: Path, *, repl
     """Read a dataset with `read(progress)`, ingest it into `store`; return the exit status."""
     console = console or Console()
     try:
+        writable_file(store, "--store")
         with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as progress:
             ds = read(_bar(progress, f"reading {what}"))
             report = ingest(ds, store, replace=replace, progress=_bar(progress, f"writing {store}"))
-    except (IngestError, StoreConflictError) as exc:
+    except (IngestError, StoreConflictError, BadInput) as exc:
         print_error(exc, console)
         console.print("nothing was written", highlight=False)
         return EXIT_BAD_INPUT

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
-from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
+from msprlab.experiments.exits import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    BadInput,
+    print_error,
+    stdout_console,
+    writable_folder,
+)
 
 __all__ = ["add_report_command"]
 
@@ -73,12 +81,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     console = stdout_console(100)
     try:
+        if args.out is not None:
+            writable_folder(args.out, "--out")
         folder = _bundle_folder(args.run, args.tracking_uri, args.out)
         results = load_bundle(folder)
     except (_NotABundle, BundleError) as exc:
         print_error(exc, console)
         return EXIT_BAD_INPUT
-    html, markdown = write_report(results, args.out or folder)
+    target = args.out or folder
+    created = not Path(target).exists()
+    try:
+        html, markdown = write_report(results, target)
+    except OSError as exc:
+        if created:  # leave no empty folder behind
+            shutil.rmtree(target, ignore_errors=True)
+        raise BadInput(f"{'--out ' if args.out else ''}{target}: cannot write the report "
+                       f"there ({exc.strerror or exc}); give a writable --out") from None
     if results.missing:
         console.print("not in this bundle (noted in the report): "
                       + ", ".join(results.missing), highlight=False)

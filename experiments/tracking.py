@@ -28,6 +28,8 @@ from typing import Any
 
 import polars as pl
 
+from .errors import ExperimentError
+
 __all__ = ["Tracker", "flatten", "git_commit", "metric_key"]
 
 _BAD = str.maketrans({"@": "_at_", "=": "_eq_", " ": "_"})
@@ -65,6 +67,66 @@ def git_commit() -> str:
     return commit + ("+dirty" if dirty else "")
 
 
+# The tracking stores MLflow 3 accepts by URI scheme ("" is a plain path: the file store).
+_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+_PROBE_SECONDS = 5.0
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Fail in seconds, with one message, on a tracking URI MLflow would reject or retry
+    for minutes: an unknown scheme, the retired file store, an unwritable SQLite folder,
+    a server that does not answer."""
+    from urllib.parse import urlparse
+    scheme = urlparse(uri).scheme.split("+", 1)[0]
+    where = f"tracking.uri {_redact(uri)}"
+    if scheme in ("", "file") and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
+        raise ExperimentError(f"{where}: MLflow 3 retired the file store; use a database "
+                              "such as sqlite:///mlflow.db, or an http:// server")
+    if scheme not in (*_SCHEMES, "", "file"):
+        raise ExperimentError(f"{where}: unknown scheme {scheme!r}; use sqlite:///mlflow.db, "
+                              "postgresql://..., or http://HOST:PORT of an MLflow server")
+    if scheme == "sqlite":
+        _check_sqlite_folder(uri, where)
+    if scheme in ("http", "https"):
+        _probe_server(uri, where)
+
+
+def _check_sqlite_folder(uri: str, where: str) -> None:
+    path = uri.split(":///", 1)[1] if ":///" in uri else ""
+    if not path or path == ":memory:":
+        return
+    folder = Path(path).parent
+    if folder.exists() and (not folder.is_dir() or not os.access(folder, os.W_OK)):
+        raise ExperimentError(f"{where}: the folder {folder} cannot be written; give a "
+                              "writable path")
+    if Path(path).is_dir():
+        raise ExperimentError(f"{where}: {path} is a folder, not a database file")
+
+
+def _probe_server(uri: str, where: str) -> None:
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=_PROBE_SECONDS):
+            return
+    except urllib.error.HTTPError:
+        return  # something answers; MLflow itself says what it thinks of it
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ExperimentError(f"{where}: no MLflow server answers ({reason}); start one "
+                              "(mlflow server --host 127.0.0.1 --port 5000), point "
+                              "tracking.uri at it, or run with --no-track") from None
+
+
+def _redact(uri: str) -> str:
+    import re
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", uri)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "no reason given"
+
+
 class Tracker:
     """One MLflow parent run for a command; `child` opens runs under it."""
 
@@ -73,10 +135,16 @@ class Tracker:
         for name in ("mlflow", "alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent"):
             logging.getLogger(name).setLevel(logging.WARNING)
         import mlflow
+        from mlflow.exceptions import MlflowException
         self.mlflow = mlflow
         self.uri = uri
-        mlflow.set_tracking_uri(uri)
-        self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+        check_tracking_uri(uri)
+        try:
+            mlflow.set_tracking_uri(uri)
+            self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+        except MlflowException as exc:
+            raise ExperimentError(f"tracking.uri {_redact(uri)}: MLflow cannot use it: "
+                                  f"{_first_line(exc.message)}") from None
         self.experiment = experiment
         self._provenance: dict[str, str] = {}  # the parent run's msprlab.* tags
 

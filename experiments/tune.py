@@ -400,7 +400,7 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     _check_arguments(base, space, objectives, n_trials=n_trials, study_name=study_name,
                      seed=seed, sampler=sampler, pruner=pruner, workers=workers)
     objective = _prepare(train, base, space, objectives, pruner=pruner, sampler=sampler)
-    spec = _openedspec(storage, study_name)
+    spec = _storage_spec(storage, study_name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress comes from callbacks
     try:
@@ -731,7 +731,7 @@ def trials_message(held: int, target: int) -> str:
 MEMORY = ":memory:"
 
 
-def _openedspec(storage: str | Path | None, study_name: str) -> str:
+def _storage_spec(storage: str | Path | None, study_name: str) -> str:
     if storage is None:
         safe = re.sub(r"[^\w.-]", "_", study_name)
         return str(DEFAULT_STUDY_DIR / f"{safe}.journal")
@@ -743,6 +743,12 @@ def _journal_path(spec: str) -> Path | None:
     if spec == MEMORY or _URL.match(spec):
         return None
     path = Path(spec)
+    if path.is_dir():
+        raise ExperimentError(f"--storage {spec}: is a folder; give a journal file path "
+                              "(e.g. runs/study.journal) or a database URL")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ExperimentError(f"--storage {spec}: {parent} is a file, not a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -751,9 +757,40 @@ def _open_storage(spec: str) -> BaseStorage:
     """":memory:" (nothing kept), an RDB URL, else a journal file (its folder is created)."""
     if spec == MEMORY:
         return optuna.storages.InMemoryStorage()
-    if _journal_path(spec) is None:
-        return RDBStorage(spec)
+    if _URL.match(spec):
+        return _open_rdb(spec)
+    _journal_path(spec)
     return JournalStorage(ProcessSafeJournal(spec))
+
+
+# The database drivers SQLAlchemy looks for, by URL scheme, and the package to install.
+_DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}
+
+
+def _open_rdb(spec: str) -> BaseStorage:
+    """An RDB storage, or one message saying why it cannot be opened (exit 2)."""
+    import sqlalchemy.exc
+
+    scheme = spec.split("://", 1)[0]
+    try:
+        return RDBStorage(spec)
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise ExperimentError(
+            f"--storage: unknown database scheme {scheme!r}; give a journal file path, or a "
+            "URL such as sqlite:///study.db or postgresql://user@host/db") from None
+    except ImportError:
+        package = _DRIVERS.get(scheme.split("+", 1)[0], "the SQLAlchemy driver for it")
+        raise ExperimentError(
+            f"--storage: the database driver for {scheme!r} is not installed; pip install "
+            f"{package} (into msprlab's environment), or use a journal file") from None
+    except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise ExperimentError(f"--storage {_redact(spec)}: cannot open it ({reason})") from None
+
+
+def _redact(url: str) -> str:
+    """A URL as it may be printed: without its password."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
 class _RunLock:
@@ -795,8 +832,9 @@ def _run_lock(spec: str) -> _RunLock | nullcontext[None]:
         journal = _journal_path(spec)
         return nullcontext() if journal is None else _RunLock(journal)
     except OSError as err:  # e.g. a folder that cannot be written: bad input, not a crash
-        raise ValueError(f"tune: cannot write the study's journal {spec} or its lock file "
-                         f"beside it ({err.strerror}); give a writable path") from err
+        raise ExperimentError(f"tune: cannot write the study's journal {spec} or its lock "
+                              f"file beside it ({err.strerror}); give a writable path"
+                              ) from err
 
 
 class ProcessSafeJournal(JournalFileBackend):
@@ -890,11 +928,11 @@ class ProcessSafeJournal(JournalFileBackend):
             if remaining_log_size < 0:
                 break
             if last_decode_error is not None:  # not the last line: not a torn tail
-                raise ValueError(f"journal {self._file_path}: line {log_number} is "
-                                 f"unreadable ({last_decode_error}) and lines follow it, so "
-                                 "it is not a torn last line: restore the "
-                                 "journal from a copy, or start another study in another "
-                                 "file") from last_decode_error
+                raise ExperimentError(
+                    f"journal {self._file_path}: line {log_number} is unreadable "
+                    f"({last_decode_error}) and lines follow it, so it is not a torn last "
+                    "line: restore the journal from a copy, or start another study in "
+                    "another file") from last_decode_error
             if not line.endswith(b"\n"):  # a line is complete once its newline is written
                 last_decode_error = ValueError("Invalid log format.")
                 continue
