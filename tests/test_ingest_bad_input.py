@@ -226,6 +226,11 @@ def _payload(point: int, **change: object) -> Callable[[Path], None]:
     return spoil
 
 
+def _qdrant_storage(root: Path) -> Path:
+    [storage] = (root / "qdrant" / "collection").glob("*/storage.sqlite")
+    return storage
+
+
 def _ck(name: str, action: Callable[[Path], None]) -> Callable[[Path], None]:
     return lambda root: action(root / FILES[name])
 
@@ -286,6 +291,13 @@ CONTEXTKIT = [
          ("feedback_events.db: cannot be read (Permission denied; given as --feedback-db)",)),
     Case("qdrant-file-unreadable", lambda root: (root / "qdrant" / "meta.json").chmod(0),
          ("meta.json: cannot be read (Permission denied; given as --qdrant-path)",)),
+    Case("qdrant-storage-not-sqlite", lambda root: _qdrant_storage(root).write_text("x" * 200),
+         ("qdrant: the Qdrant storage is damaged (DatabaseError: file is not a database)",
+          "given as --qdrant-path")),
+    Case("qdrant-storage-truncated", lambda root: os.truncate(_qdrant_storage(root), 100),
+         ("qdrant: the Qdrant storage is damaged (DatabaseError",)),
+    Case("qdrant-meta-not-json", lambda root: (root / "qdrant" / "meta.json").write_text("{"),
+         ("qdrant: the Qdrant storage is damaged (JSONDecodeError",)),
     # 5. ids
     Case("verdict-user-id-empty", _feedback("UPDATE feedback_events SET user_id = '' "
                                             "WHERE id = 2"),

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
@@ -431,7 +432,25 @@ class _Point:
     vector: list[float]
 
 
+# What a damaged Qdrant local folder raises as qdrant-client reads it: its meta.json
+# (JSON), its per-collection SQLite file, the pickled points inside it.
+_CORRUPT = (sqlite3.DatabaseError, ValueError, KeyError, EOFError, pickle.UnpicklingError,
+            AttributeError, TypeError)
+
+
 def _read_qdrant(path: Path, collection: str) -> list[_Point]:
+    try:
+        return _scroll_qdrant(path, collection)
+    except IngestError:
+        raise
+    except _CORRUPT as e:
+        raise IngestError(str(path), f"the Qdrant storage is damaged ({type(e).__name__}: "
+                                     f"{str(e).splitlines()[0] if str(e) else 'no detail'}); "
+                                     "copy the folder again from the running system (given "
+                                     "as --qdrant-path)") from None
+
+
+def _scroll_qdrant(path: Path, collection: str) -> list[_Point]:
     from qdrant_client import QdrantClient, models
 
     try:
