@@ -167,14 +167,23 @@ class LogSpec:
                 f"p_helpful needs {grades} values (one per grade), but got "
                 f"{self.verdict_model.p_helpful!r}")
 
-    def simulate(self, dataset: Dataset, *, seed: int,
-                 query_vectors: npt.ArrayLike | None) -> Dataset:
+    def simulate(self, dataset: Dataset, *, seed: int, query_vectors: npt.ArrayLike | None,
+                 query_vectors_id: str | None = None) -> Dataset:
         """`simulate_log` over `dataset` with these settings."""
         return simulate_log(
             dataset, logging_config=self.logging_config, click_model=self.click_model,
             verdict_model=self.verdict_model, n_searches=self.n_searches, seed=seed,
             zipf_s=self.zipf_s, mean_gap_seconds=self.mean_gap_seconds, limit=self.limit,
-            query_vectors=query_vectors)
+            query_vectors=query_vectors, query_vectors_id=query_vectors_id)
+
+
+def recipe(embedder: Embedder) -> str:
+    """What makes an embedder's vectors, for a dataset digest: its name and public settings.
+
+    Digests name the recipe, not the float bits: the same texts embedded on another machine
+    may round differently in BLAS (TF-IDF + SVD), and that is not other data."""
+    settings = sorted((k, v) for k, v in vars(embedder).items() if not k.startswith("_"))
+    return f"{embedder.name}{settings}"
 
 
 def _ready(embedder: Embedder, corpus: Sequence[str]) -> Embedder:
@@ -218,7 +227,8 @@ def build_locomo(embedder: Embedder, *, path: str | Path = LOCOMO_PATH,
         report("edge synthesis", 1, 3)
         return vectors
 
-    dataset = load_locomo(path, edges=edges, embed=embed, embedder_name=embedder.name)
+    dataset = load_locomo(path, edges=edges, embed=embed, embedder_name=embedder.name,
+                          recipe=recipe(embedder))
     report("anomalies", 2, 3)
     return LocomoBuild(dataset, locomo_anomalies(path), fitted[-1])
 
@@ -239,7 +249,8 @@ def build_locomo_log(embedder: Embedder, log: LogSpec, *, seed: int,
     questions = base.dataset.queries["text"].to_list()
     query_vectors = base.embedder.embed(questions)
     report(f"simulating {log.n_searches:,} searches ({type(log.click_model).__name__})", 4, 5)
-    logged = log.simulate(base.dataset, seed=seed, query_vectors=query_vectors)
+    logged = log.simulate(base.dataset, seed=seed, query_vectors=query_vectors,
+                          query_vectors_id=f"{recipe(base.embedder)} over the question texts")
     return LocomoBuild(logged, base.anomalies, base.embedder)
 
 
@@ -264,15 +275,17 @@ def build_synthetic(spec: SyntheticSpec, log: LogSpec | None, *, seed: int,
 def with_embeddings(dataset: Dataset, embedder: Embedder) -> Dataset:
     """`dataset` with every memory embedded (a TF-IDF embedder fitted on the memory texts).
 
-    The digest becomes sha256 of the old digest, the embedder name and the vectors.
+    The digest becomes sha256 of the old digest, the embedder's name and settings and the
+    vectors' shape: the recipe, not the float bits. The same inputs embedded on another
+    machine may round differently in BLAS (TF-IDF + SVD), and a digest of the bytes would
+    call that other data, so no regress baseline or study could be shared across machines.
     """
     texts = dataset.memories["text"].fill_null("").to_list()
     vectors = np.ascontiguousarray(_ready(embedder, texts).embed(texts), dtype=np.float32)
     embeddings = pl.DataFrame({
         "memory_id": dataset.memories["memory_id"], "embedder": embedder.name,
         "vector": pl.Series(vectors).cast(pl.List(pl.Float32))}, schema=EMBEDDINGS)
-    digest = hashlib.sha256(f"{dataset.digest}|{embedder.name}|{vectors.shape}".encode())
-    digest.update(vectors.tobytes())
+    digest = hashlib.sha256(f"{dataset.digest}|{recipe(embedder)}|{vectors.shape}".encode())
     return replace(dataset, embeddings=embeddings, digest=digest.hexdigest(),
                    version=f"{dataset.version}+{embedder.name}")
 
@@ -299,7 +312,8 @@ def static_log(dataset: Dataset, embedder: Embedder, *, at: datetime = STATIC_LO
     ranker, the dense and lexical parts above all. Memories get `created_at = at` where it
     is null; memories and queries are embedded with `embedder` (fitted on the memory texts),
     and the query vectors are stored so the replay finds the same seeds. The digest is
-    sha256 of the input digest, the embedder, `at` and `limit`.
+    sha256 of the input digest, the embedder's recipe (`embed.recipe`: not the float bits),
+    `at` and `limit`.
     """
     memories = dataset.memories.with_columns(pl.col("created_at").fill_null(at))
     texts = memories["text"].fill_null("").to_list()
@@ -314,10 +328,8 @@ def static_log(dataset: Dataset, embedder: Embedder, *, at: datetime = STATIC_LO
         "user_id": queries["user_id"], "agent_id": queries["agent_id"],
         "run_id": queries["run_id"], "filters": "{}", "limit": limit})
     events = order_events(pl.concat([memory_events(memories), complete_events(searches)]))
-    digest = hashlib.sha256(f"{dataset.digest}|{embedder.name}|{vectors.shape}|{at}|{limit}"
-                            .encode())
-    digest.update(vectors.tobytes())
-    digest.update(questions.tobytes())
+    digest = hashlib.sha256(f"{dataset.digest}|{recipe(embedder)}|{vectors.shape}|"
+                            f"{questions.shape}|{at}|{limit}".encode())
     return replace(dataset, memories=memories, events=events, digest=digest.hexdigest(),
                    version=f"{dataset.version}+static/{embedder.name}",
                    embeddings=pl.DataFrame({

@@ -169,7 +169,7 @@ def simulate_log(
     n_searches: int, seed: int, verdict_model: VerdictModel | None = None,
     zipf_s: float = 1.1, start: datetime | None = None, mean_gap_seconds: float = 3600.0,
     limit: int = 10, seeds_fn: SeedsFn | None = None,
-    query_vectors: npt.ArrayLike | None = None,
+    query_vectors: npt.ArrayLike | None = None, query_vectors_id: str | None = None,
 ) -> Dataset:
     """Replay a Zipf query stream through the logging ranker; return the corpus plus the log.
 
@@ -190,6 +190,9 @@ def simulate_log(
         Query embeddings aligned with `dataset.queries` rows (e.g.
         `embedder.embed(ds.queries["text"].to_list())`); by default projected from the text
         (`project_queries`).
+    query_vectors_id : str, optional
+        What made `query_vectors` (an embedder's recipe), hashed into the digest instead of
+        their bytes, which BLAS may round differently on another machine.
 
     Returns
     -------
@@ -240,8 +243,9 @@ def simulate_log(
     if kept.height == 0:
         kept = memory_events(dataset.memories)
     events = order_events(pl.concat([kept, log.frame()]))
-    digest = _digest(dataset, logging_config, click_model, verdicts, seeds_fn, query_vectors,
-                     n_searches=n_searches, seed=seed, zipf_s=zipf_s, start_us=start_us,
+    digest = _digest(dataset, logging_config, click_model, verdicts, seeds_fn,
+                     query_vectors_id or query_vectors, n_searches=n_searches, seed=seed,
+                     zipf_s=zipf_s, start_us=start_us,
                      mean_gap_seconds=mean_gap_seconds, limit=limit)
     return Dataset(source=f"{dataset.source}+clicks", version=f"{dataset.version}+clicks/1",
                    digest=digest, memories=dataset.memories, embeddings=dataset.embeddings,
@@ -395,10 +399,11 @@ class _Log:
 
 def _digest(dataset: Dataset, config: EngineConfig, click_model: ClickModel,
             verdicts: VerdictModel, seeds_fn: SeedsFn | None,
-            query_vectors: npt.ArrayLike | None, **stream: Any) -> str:
-    """sha256 of the input digest and every generator parameter."""
-    vectors = None
-    if query_vectors is not None:
+            query_vectors: npt.ArrayLike | str | None, **stream: Any) -> str:
+    """sha256 of the input digest and every generator parameter; query vectors by their
+    recipe when the caller names one (a string), else by their bytes."""
+    vectors = query_vectors if isinstance(query_vectors, str) else None  # a recipe
+    if query_vectors is not None and vectors is None:
         raw = np.ascontiguousarray(np.asarray(query_vectors, dtype=np.float64))
         vectors = hashlib.sha256(raw.tobytes()).hexdigest()
     seeds = "owner-cosine" if seeds_fn is None else getattr(seeds_fn, "__qualname__", "custom")

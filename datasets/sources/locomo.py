@@ -285,7 +285,8 @@ def locomo_anomalies(path: str | Path = LOCOMO_PATH) -> pl.DataFrame:
 
 
 def load_locomo(path: str | Path = LOCOMO_PATH, *, edges: EdgesConfig = DEFAULT_EDGES,
-                embed: Embed | None = None, embedder_name: str = "external") -> Dataset:
+                embed: Embed | None = None, embedder_name: str = "external",
+                recipe: str | None = None) -> Dataset:
     """Read locomo10.json into memories, edges, events, queries and qrels (module docstring).
 
     Parameters
@@ -296,6 +297,8 @@ def load_locomo(path: str | Path = LOCOMO_PATH, *, edges: EdgesConfig = DEFAULT_
         memory order. Its rows fill the embeddings table and drive TOPIC_SIMILAR.
         None (default): no embeddings, so no TOPIC_SIMILAR edges.
     embedder_name : the `embedder` column of the embeddings table (and part of the digest).
+    recipe : what makes the vectors (`embed.recipe`), hashed into the digest in their
+        place; None hashes the vectors' bytes (an `embed` the caller cannot describe).
 
     Anomalies in the evidence are logged (see `locomo_anomalies` for the table).
 
@@ -324,7 +327,7 @@ def load_locomo(path: str | Path = LOCOMO_PATH, *, edges: EdgesConfig = DEFAULT_
     digest.update(json.dumps(params, sort_keys=True).encode())
     if vectors is not None:
         digest.update(repr(vectors.shape).encode())
-        digest.update(vectors.tobytes())
+        digest.update(recipe.encode() if recipe is not None else vectors.tobytes())
 
     file = path.name
     memories = _frame(MEMORIES, {
