@@ -196,7 +196,12 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
 def _family(comparison: pl.DataFrame, reference: str, unit: str) -> str:
     """The label of a comparison's multiple-testing family and permutation count."""
     rows = comparison.filter(pl.col("reference") == reference, pl.col("unit") == unit)
-    return f"{rows['correction'][0]}; {rows['permutation_test'][0]}" if rows.height else ""
+    if not rows.height:
+        return ""
+    bound = ("; ≤: no random sign flip was as extreme as the data, so the p is at most the "
+             "value shown" if "p_perm_bound" in rows.columns and rows["p_perm_bound"].any()
+             else "")
+    return f"{rows['correction'][0]}; {rows['permutation_test'][0]}{bound}"
 
 
 def _bm25_reference(ctx: Context, prepared: P.Prepared) -> None:

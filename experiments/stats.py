@@ -626,7 +626,9 @@ def compare(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], *,
     Returns columns arm, group_by, group, metric, unit, n (pairs of the unit), n_queries,
     n_no_relevant (in the unit of n), mean_base, mean_arm, delta (mean of arm - base),
     ci_low, ci_high (paired bootstrap CI of delta), p_t, p_perm, n_permutations (sign
-    vectors used: 2^n when exact), p_t_adj, p_perm_adj, low_support, tested, ci_method,
+    vectors used: 2^n when exact), p_t_adj, p_perm_adj, p_perm_bound (p_perm sits at the
+    count's smallest p, so it and p_perm_adj are upper bounds: print them as "<="),
+    low_support, tested, ci_method,
     t_test, permutation_test, correction.
     """
     _check_settings(n_resamples, confidence, seed, min_support, unit)
@@ -667,14 +669,15 @@ def compare(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], *,
                          int(cell.rows.size if unit == "query" else cell.weights.sum()),
                          int(cell.rows.size), cell.n_no_relevant, base_mean, arm_mean, delta,
                          low, high, p_t, p_perm, flips, cell.rows.size < min_support,
-                         cell.tested, _permutation_label(unit, flips, exact, n_permutations)))
+                         cell.tested, _permutation_label(unit, flips, exact, n_permutations),
+                         _at_floor(p_perm, flips, exact)))
     frame = pl.DataFrame(rows, orient="row", schema={
         "arm": pl.String, "group_by": pl.String, "group": pl.String, "metric": pl.String,
         "unit": pl.String, "n": pl.Int64, "n_queries": pl.Int64, "n_no_relevant": pl.Int64,
         "mean_base": pl.Float64, "mean_arm": pl.Float64, "delta": pl.Float64,
         "ci_low": pl.Float64, "ci_high": pl.Float64, "p_t": pl.Float64, "p_perm": pl.Float64,
         "n_permutations": pl.Int64, "low_support": pl.Boolean, "tested": pl.Boolean,
-        "permutation_test": pl.String})
+        "permutation_test": pl.String, "p_perm_bound": pl.Boolean})
     tested = frame.get_column("tested").to_numpy()
     adjusted = {}
     for column in ("p_t", "p_perm"):
@@ -685,7 +688,7 @@ def compare(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], *,
     return frame.with_columns(**adjusted).select(
         "arm", "group_by", "group", "metric", "unit", "n", "n_queries", "n_no_relevant",
         "mean_base", "mean_arm", "delta", "ci_low", "ci_high", "p_t", "p_perm",
-        "n_permutations", "p_t_adj", "p_perm_adj", "low_support", "tested",
+        "n_permutations", "p_t_adj", "p_perm_adj", "p_perm_bound", "low_support", "tested",
         ci_method=pl.lit(_ci_label(unit, "paired ", n_resamples, confidence)),
         t_test=pl.lit(T_TESTS[unit]),
         permutation_test="permutation_test",
@@ -697,6 +700,15 @@ def compare(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], *,
 T_TESTS = {"query": "paired t-test on query means (scipy.stats.ttest_rel), two-sided",
            "search": "cluster-robust t-test of the per-search mean (CR1, queries as clusters, "
                      "df = n_queries - 1), two-sided"}
+
+
+def _at_floor(p_perm: float, flips: int | None, exact: bool) -> bool:
+    """True when no random sign vector was as extreme as the data: p_perm is then the
+    smallest p the count can give, 2 / (flips + 1), an upper bound of the true p (and so is
+    its adjusted value); exact tests give the p itself."""
+    if exact or flips is None or math.isnan(p_perm):
+        return False
+    return p_perm <= 2.0 / (flips + 1) * (1 + 1e-12)
 
 
 def _permutation_label(unit: Unit, flips: int | None, exact: bool, n_permutations: int) -> str:

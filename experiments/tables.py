@@ -19,10 +19,12 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}f}"
 
 
-def _p(value: float | None) -> str:
+def _p(value: float | None, bound: bool = False) -> str:
+    """A p-value; `bound`: it is the smallest the test could give (an upper bound)."""
     if value is None or math.isnan(value):
         return "–"
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
+    text = "<0.001" if value < 0.001 else f"{value:.3f}"
+    return f"≤{text}" if bound and not text.startswith("<") else text
 
 
 def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
@@ -51,8 +53,8 @@ def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
         table.add_row(arm, group, f"{r['n']:,}", fmt(r["mean_base"]), fmt(r["mean_arm"]),
                       f"{r['delta']:+.4f}" if not math.isnan(r["delta"]) else "–",
                       f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
-                      *((_p(r["p_t_adj"]), _p(r["p_perm_adj"])) if r.get("tested", True)
-                        else ("n.t.", "n.t.")))
+                      *((_p(r["p_t_adj"]), _p(r["p_perm_adj"], bool(r.get("p_perm_bound"))))
+                        if r.get("tested", True) else ("n.t.", "n.t.")))
     return table
 
 

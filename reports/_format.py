@@ -51,10 +51,12 @@ def fmt_ci(low: Any, high: Any, *, signed: bool = False) -> str:
     return f"[{one(low)}, {one(high)}]"
 
 
-def fmt_p(value: Any) -> str:
+def fmt_p(value: Any, bound: Any = False) -> str:
+    """A p-value; `bound`: the smallest the permutation count could give (an upper bound)."""
     if _missing(value):
         return "–"
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
+    text = "<0.001" if value < 0.001 else f"{value:.3f}"
+    return f"≤{text}" if bound is True and not text.startswith("<") else text
 
 
 def group_label(group_by: str, group: str | None) -> str:
@@ -116,7 +118,8 @@ def comparison_rows(comparison: pl.DataFrame, metric: str,
             n_no_relevant=fmt(r["n_no_relevant"]), mean_base=fmt(r["mean_base"]),
             mean_arm=fmt(r["mean_arm"]), delta=fmt_delta(r["delta"]),
             ci=fmt_ci(r["ci_low"], r["ci_high"], signed=True), p_t=fmt_p(r["p_t_adj"]),
-            p_perm=fmt_p(r["p_perm_adj"]), significant=marks, direction=direction))
+            p_perm=fmt_p(r["p_perm_adj"], r.get("p_perm_bound")), significant=marks,
+            direction=direction))
     return rows
 
 

@@ -85,7 +85,7 @@ def _matrix(comparison: pl.DataFrame, metric: str, group_by: str) -> dict[str, A
             line.append({"text": fmt_delta(r["delta"]) + (" *" if marks else ""),
                          "title": f"95% CI {fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
                                   f"p t (adj) {fmt_p(r['p_t_adj'])}, p perm (adj) "
-                                  f"{fmt_p(r['p_perm_adj'])}",
+                                  f"{fmt_p(r['p_perm_adj'], r.get('p_perm_bound'))}",
                          "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
                          "css": " ".join(css)})
         body.append({"arm": arm, "cells": line})

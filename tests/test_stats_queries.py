@@ -196,6 +196,17 @@ def test_a_clear_effect_reaches_the_smallest_p_and_survives_holm() -> None:
     np.testing.assert_allclose(table["p_perm_adj"].to_numpy(), m * 2 / (count + 1), rtol=1e-15)
     assert (table["p_perm_adj"] < 0.05 / 10).all()
     assert table["correction"][0].startswith(f"Holm over {m} tested rows")
+    assert table["p_perm_bound"].all()  # at the floor: printed as an upper bound
+
+
+def test_only_a_p_at_the_random_flips_floor_is_a_bound() -> None:
+    base, arm = log(0, 300, 3, effect=0.0)
+    table = compare(base, {"a": arm}, metric_cols=["ndcg"], group_cols=[], n_resamples=50)
+    assert not table["p_perm_bound"].any()  # no effect: the p is not at the floor
+    small = compare(base.head(6), {"a": arm.head(6)}, metric_cols=["ndcg"], group_cols=[],
+                    n_resamples=50, min_support=1)
+    assert "exact" in small["permutation_test"][0]
+    assert not small["p_perm_bound"].any()  # an exact p is the p itself
 
 
 def test_family_counts_only_tested_rows() -> None:
