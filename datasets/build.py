@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # embed imports scikit-learn (seconds): only where an embedde
 
 __all__ = ["CLICK_MODELS", "LocomoBuild", "LogSpec", "build_locomo", "build_locomo_log",
            "build_scifact", "build_synthetic", "default_logging_config", "default_p_helpful",
-           "make_click_model", "static_log", "with_embeddings"]
+           "embed_texts", "make_click_model", "recipe", "static_log", "with_embeddings"]
 
 CLICK_MODELS: dict[str, type[ClickModel]] = {
     "pbm": PositionBasedModel, "cascade": CascadeModel, "dcm": DependentClickModel}
@@ -288,6 +288,52 @@ def with_embeddings(dataset: Dataset, embedder: Embedder) -> Dataset:
     digest = hashlib.sha256(f"{dataset.digest}|{recipe(embedder)}|{vectors.shape}".encode())
     return replace(dataset, embeddings=embeddings, digest=digest.hexdigest(),
                    version=f"{dataset.version}+{embedder.name}")
+
+
+def embed_texts(dataset: Dataset, embedder: Embedder) -> Dataset:
+    """`dataset` with every memory and every query embedded by `embedder` (a TF-IDF
+    embedder is fitted on the memory texts first), for a store whose source brought no
+    vectors (`msprlab ingest generic DIR --embedder NAME`). A dataset that already holds
+    vectors is refused: two sets of vectors from different processes would not share one
+    space. The digest adds the embedder's recipe (not the float bits)."""
+    from .validate import IngestError
+    for table, file in (("embeddings", "embeddings"), ("query_embeddings", "query_embeddings")):
+        if getattr(dataset, table).height:
+            raise IngestError("--embedder", f"the folder already holds vectors ({file}."
+                                            "jsonl or .parquet); drop --embedder to keep "
+                                            "them, or remove them to embed the texts")
+    texts = dataset.memories["text"].fill_null("").to_list()
+    fitted = _ready(embedder, texts)
+    vectors = np.ascontiguousarray(fitted.embed(texts), dtype=np.float32)
+    questions = np.ascontiguousarray(
+        fitted.embed(dataset.queries["text"].fill_null("").to_list()), dtype=np.float32) \
+        if dataset.queries.height else np.zeros((0, vectors.shape[1]), dtype=np.float32)
+    digest = hashlib.sha256(f"{dataset.digest}|{recipe(fitted)}|{vectors.shape}|"
+                            f"{questions.shape}".encode())
+    return replace(
+        dataset, digest=digest.hexdigest(), version=f"{dataset.version}+{embedder.name}",
+        embedded_with=f"{recipe(fitted)} ({_package_version(embedder)})",
+        embeddings=pl.DataFrame({"memory_id": dataset.memories["memory_id"],
+                                 "embedder": embedder.name,
+                                 "vector": pl.Series(vectors).cast(pl.List(pl.Float32))},
+                                schema=EMBEDDINGS),
+        query_embeddings=pl.DataFrame({"query_id": dataset.queries["query_id"],
+                                       "embedder": embedder.name,
+                                       "vector": pl.Series(questions).cast(
+                                           pl.List(pl.Float32))}, schema=QUERY_EMBEDDINGS))
+
+
+def _package_version(embedder: Embedder) -> str:
+    """The installed package behind an embedder, with its version."""
+    from importlib.metadata import PackageNotFoundError, version
+    package = {"tfidf-svd": "scikit-learn", "wordllama": "wordllama",
+               "sentence-transformers": "sentence-transformers"}.get(embedder.name)
+    if package is None:
+        return "package unknown"
+    try:
+        return f"{package} {version(package)}"
+    except PackageNotFoundError:
+        return f"{package} (version unknown)"
 
 
 def build_scifact(split: str, embedder: Embedder | None = None, *,

@@ -74,7 +74,7 @@ QUERIES = pl.Schema({
 QRELS = pl.Schema({"query_id": pl.String, "memory_id": pl.String, "relevance": pl.Int64})
 
 MANIFEST = pl.Schema({"source": pl.String, "version": pl.String, "digest": pl.String,
-                      "counts": pl.String, "ingested_at": TS})
+                      "counts": pl.String, "ingested_at": TS, "embedders": pl.String})
 
 TABLES: dict[str, pl.Schema] = {
     "memories": MEMORIES, "embeddings": EMBEDDINGS, "edges": EDGES, "events": EVENTS,
@@ -104,12 +104,29 @@ class Dataset:
     queries: pl.DataFrame = field(default_factory=lambda: empty(QUERIES))
     qrels: pl.DataFrame = field(default_factory=lambda: empty(QRELS))
     query_embeddings: pl.DataFrame = field(default_factory=lambda: empty(QUERY_EMBEDDINGS))
+    # What msprlab embedded the texts with (recipe and package version), when it did.
+    embedded_with: str | None = None
 
     def tables(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in TABLES}
 
     def counts(self) -> dict[str, int]:
         return {name: frame.height for name, frame in self.tables().items()}
+
+    def embedders(self) -> list[dict[str, object]]:
+        """Per vector table and embedder: its name, the vectors' dimension, the rows, and
+        what made them when msprlab did (the manifest's `embedders`)."""
+        out: list[dict[str, object]] = []
+        for table in ("embeddings", "query_embeddings"):
+            frame = getattr(self, table)
+            if not frame.height:
+                continue
+            sizes = frame.select("embedder", dim=pl.col("vector").list.len())
+            for (name,), part in sizes.group_by(["embedder"], maintain_order=True):
+                dims = sorted(set(part["dim"].to_list()))
+                out.append({"table": table, "embedder": name, "dim": dims[0] if len(dims) == 1
+                            else dims, "rows": part.height, "made_by": self.embedded_with})
+        return out
 
 
 # Provenance columns a source may add for error messages; the store never writes them.

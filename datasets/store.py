@@ -181,8 +181,9 @@ def _write(con: duckdb.DuckDBPyConnection, ds: Dataset, ingested_at: datetime,
         step += 1
     progress("manifest", step, len(_STAGES))
     con.execute(_create_table("manifest", MANIFEST))
-    con.execute("INSERT INTO manifest VALUES (?, ?, ?, ?, ?)",
-                [ds.source, ds.version, ds.digest, json.dumps(ds.counts()), ingested_at])
+    con.execute("INSERT INTO manifest VALUES (?, ?, ?, ?, ?, ?)",
+                [ds.source, ds.version, ds.digest, json.dumps(ds.counts()), ingested_at,
+                 json.dumps(ds.embedders())])
     progress("index", step + 1, len(_STAGES))
     con.execute("CREATE INDEX events_timeline ON events (ts, seq)")
     progress("commit", step + 2, len(_STAGES))
@@ -291,6 +292,8 @@ def manifest(path: Path) -> dict[str, Any]:
                          "the store again")
     record: dict[str, Any] = row.row(0, named=True)
     record["counts"] = json.loads(record["counts"])
+    # A store written before the manifest described its vectors: unknown, not "none".
+    record["embedders"] = json.loads(record["embedders"]) if record.get("embedders") else None
     return record
 
 

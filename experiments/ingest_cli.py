@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -82,8 +83,31 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_ingest_generic(args: argparse.Namespace) -> int:
     from msprlab.datasets.generic import read_generic
     folder: Path = args.directory
-    return run_ingest(lambda progress: read_generic(folder, progress=progress), args.store,
-                      replace=args.replace, what=str(folder))
+    embedder = None if args.embedder is None else _embedder(args.embedder)
+
+    def read(progress: ProgressCallback) -> Dataset:
+        dataset = read_generic(folder, progress=progress)
+        if embedder is None:
+            return dataset
+        from msprlab.datasets.build import embed_texts
+        progress(f"embedding {dataset.memories.height:,} memories and "
+                 f"{dataset.queries.height:,} queries ({embedder.name})", 0, 1)
+        return embed_texts(dataset, embedder)
+
+    return run_ingest(read, args.store, replace=args.replace, what=str(folder))
+
+
+def _embedder(name: str) -> Any:
+    """The embedder `--embedder NAME` names, or BadInput saying what to install or pick."""
+    from msprlab.datasets.embed import EMBEDDERS, make_embedder
+    try:
+        return make_embedder(name)
+    except ImportError as exc:
+        raise BadInput(f"--embedder {name}: {exc}") from None
+    except (ValueError, TypeError):
+        usable = ", ".join(n for n in sorted(EMBEDDERS) if n != "sentence-transformers")
+        raise BadInput(f"--embedder {name!r}: not an embedder ingest can build by name; "
+                       f"use one of {usable}") from None
 
 
 def cmd_ingest_contextkit(args: argparse.Namespace) -> int:
@@ -135,6 +159,11 @@ def add_ingest_commands(
         description="Read memories, queries, qrels, events, edges and embeddings from JSONL "
                     "or Parquet files in DIR (datasets/FORMAT.md).")
     generic.add_argument("directory", type=Path, metavar="DIR")
+    generic.add_argument("--embedder", default=None, metavar="NAME",
+                         help="embed the memories and queries (a folder without vectors): "
+                              "tfidf-svd (fitted on the memory texts) or wordllama "
+                              "(msprlab[wordllama]); the manifest records it and its "
+                              "dimension")
     add_store_arguments(generic)
     generic.set_defaults(func=cmd_ingest_generic)
     _add_contextkit_verb(verbs)

@@ -331,7 +331,8 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
     corpus = corpus_of(ds)
     if corpus.vectors is None:
         raise ExperimentError("replay: the dataset has no memory embeddings, so the dense seeds "
-                              "cannot be found; ingest it with an embedder")
+                              "cannot be found; ingest it with an embedder (msprlab ingest "
+                              "generic DIR --embedder tfidf-svd --store PATH)")
     vectors, seeds_from = _query_vectors(ds, corpus)
     run = featurize_config(config, frequency)
     state = new_state(run, classifier=classifier, policy=policy)
