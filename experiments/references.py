@@ -128,7 +128,7 @@ def _bm25_run(ds: Dataset, corpus: Corpus, searches: pl.DataFrame) -> ReferenceR
 
 def dense_label(ds: Dataset, source: str) -> str:
     embedder = ds.embeddings["embedder"][0] if ds.embeddings.height else "none"
-    return (f"dense only: exact cosine, {source}, against the visible memories' stored "
+    return (f"exact cosine of the {source} against the visible memories' stored "
             f"embeddings ({embedder}), top limit; no graph, no rerank")
 
 
