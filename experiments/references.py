@@ -87,9 +87,10 @@ def visible_sets(ds: Dataset, corpus: Corpus, searches: pl.DataFrame
 
 def bm25_rankings(texts: Sequence[str], queries: Sequence[str],
                   sets: Sequence[tuple[Rows, list[int]]], limits: Sequence[int]
-                  ) -> list[list[int]]:
+                  ) -> list[tuple[list[int], list[float]]]:
     """Per search, the corpus rows BM25 returns (score > 0, best first, ties in row order,
-    at most its limit); `queries` and `limits` are per search, `sets` as `visible_sets`."""
+    at most its limit) and their scores; `texts` per corpus row, `queries` and `limits`
+    per search, `sets` as `visible_sets` gives them."""
     import bm25s  # imported here: it pulls numba modules in, and only this needs it
 
     tokens, vocab = bm25s.tokenize(list(texts), show_progress=False)
@@ -97,7 +98,7 @@ def bm25_rankings(texts: Sequence[str], queries: Sequence[str],
     # "" (bm25s's token for a text with none) would match the empty memories: left out.
     query_ids = [np.array([vocab[w] for w in ws if w and w in vocab], dtype=np.int64)
                  for ws in words]
-    out: list[list[int]] = [[] for _ in queries]
+    out: list[tuple[list[int], list[float]]] = [([], []) for _ in queries]
     for rows, members in sets:
         if rows.size == 0:
             continue
@@ -109,7 +110,8 @@ def bm25_rankings(texts: Sequence[str], queries: Sequence[str],
         for k in members:
             scores = index.get_scores_from_ids(query_ids[k])
             order = np.argsort(-scores, kind="stable")[:limits[k]]
-            out[k] = rows[order[scores[order] > 0]].tolist()
+            order = order[scores[order] > 0]
+            out[k] = rows[order].tolist(), scores[order].tolist()
     return out
 
 
@@ -122,7 +124,7 @@ def _bm25_run(ds: Dataset, corpus: Corpus, searches: pl.DataFrame) -> ReferenceR
                          [text_of[q] for q in searches["query_id"].to_list()], sets,
                          searches["limit"].to_list())
     ids = corpus.memory_ids
-    return ReferenceRun("bm25", BM25_LABEL, [[ids[r] for r in found] for found in rows],
+    return ReferenceRun("bm25", BM25_LABEL, [[ids[r] for r in found] for found, _ in rows],
                         time.perf_counter() - started, len(sets))
 
 
@@ -137,7 +139,7 @@ def _dense_run(ds: Dataset, corpus: Corpus, searches: pl.DataFrame) -> Reference
     vectors, source = _query_vectors(ds, corpus)  # the replay's own query vectors
     plan = SeedPlan(corpus, _fresh_timeline(ds, corpus), _searches_of(corpus, searches),
                     vectors, searches["limit"].to_list())
-    rankings = [[m for m, _ in plan.seeds(k)] for k in range(searches.height)]
+    rankings = [list(plan.top[k][0]) for k in range(searches.height)]  # (ids, scores)
     seconds = time.perf_counter() - started
     return ReferenceRun("dense", dense_label(ds, source), rankings, seconds,
                         len(visible_sets(ds, corpus, searches)))
