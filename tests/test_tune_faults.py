@@ -111,7 +111,8 @@ def test_a_broken_line_inside_the_journal_is_named_not_repaired(tmp_path: Path) 
 
 def test_an_unwritable_journal_folder_is_bad_input(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(ValueError, match=r"--storage .*file/x/study.journal: .*file is a file, not a folder"):
+    with pytest.raises(ValueError,
+                       match=r"--storage .*file/x/study.journal: .*file is a file, not a folder"):
         run(tmp_path / "file" / "x", n_trials=2)
 
 
