@@ -48,6 +48,7 @@ from .tables import (
     comparison_table,
     delta_matrix,
     ladder_table,
+    reference_table,
     side_effect_table,
 )
 from .tracking import Tracker, flatten, git_commit, metric_key
@@ -190,6 +191,7 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
         ctx.bundle.frame(result.comparison, "ablation/comparison.parquet")
     if result.side_effects.height:
         ctx.bundle.frame(result.side_effects, "ablation/side_effects.parquet")
+    _reference_rankers(ctx, prepared, result)
     return result
 
 
@@ -220,6 +222,47 @@ def _bm25_reference(ctx: Context, prepared: P.Prepared) -> None:
                       "term, so it is not expected to match.", highlight=False)
     ctx.bundle.json({"bm25_ndcg_at_10_test_claims": value, "claims": len(test)},
                     "sanity/bm25.json")
+
+
+def _reference_rankers(ctx: Context, prepared: P.Prepared, result: P.AblationResult) -> None:
+    """BM25 and dense-only on the ladder's test-window searches (`references.py`), against
+    `off`: printed, bundled under references/, one MLflow child run each; not arms, so
+    never tuned and labelled "reference" wherever they appear."""
+    from .references import reference_frame, reference_runs
+    cfg = ctx.cfg
+    if not cfg.references.enabled:
+        ctx.console.print("reference rankers: off ([references] enabled = false)",
+                          highlight=False)
+        return
+    base = "off" if "off" in result.per_search else next(iter(result.per_search))
+    table = P.window_table(prepared, base, "test")
+    metrics = [parse_metric(m) for m in cfg.metrics.names]
+    runs = reference_runs(prepared.dataset, table)
+    frames = {run.name: reference_frame(table, run, metrics) for run in runs}
+    summary = P.summarize(frames, cfg)
+    comparison = P.compare_units(result.per_search[base], frames, cfg, reference=base)
+    primary = cfg.metrics.primary
+    ctx.console.print(reference_table(
+        summary, comparison, metric=primary, seconds={r.name: r.seconds for r in runs},
+        labels={r.name: r.label for r in runs},
+        title=f"reference rankers (not tuned), test window: {primary} per query / per "
+              f"search, Δ against {base}; labels: {P.LABEL_SOURCE}"))
+    ctx.bundle.frame(summary, "references/summary.parquet")
+    ctx.bundle.frame(comparison, "references/comparison.parquet")
+    ctx.bundle.json([{"name": r.name, "kind": "reference", "label": r.label,
+                      "seconds": r.seconds, "visible_sets": r.visible_sets} for r in runs],
+                    "references/rankers.json")
+    for name, frame in frames.items():
+        ctx.bundle.frame(frame, f"references/per_search/{name}.parquet")
+    if ctx.tracker is None:
+        return
+    for run in runs:
+        with ctx.tracker.child(f"reference:{run.name}", tags={
+                "msprlab.arm": run.name, "msprlab.arm_kind": "reference",
+                "msprlab.window": "test"}):
+            ctx.tracker.params({"reference.label": run.label,
+                                "reference.visible_sets": run.visible_sets})
+            ctx.tracker.metrics({**_arm_metrics(summary, run.name), "cost/seconds": run.seconds})
 
 
 def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storage: str | None,

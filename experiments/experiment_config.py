@@ -2,11 +2,11 @@
 
 A definition names the dataset (and how its feedback log is simulated), the time split,
 the engine configuration (a ContextKit config dict: the full ranker the arms switch parts
-of), the replay settings, the metrics, the ablation arms, the weight search and the
-tracking store. Every table is read by `_section`, which rejects a key it does not know and
-lists the known ones, so a typo never silently falls back to a default. `load_experiment`
-takes a file path or the name of a shipped definition (`locomo`, `synthetic`,
-`scifact-sanity`).
+of), the replay settings, the metrics, the ablation arms, whether the reference rankers
+run, the weight search and the tracking store. Every table is read by `_section`, which
+rejects a key it does not know and lists the known ones, so a typo never silently falls
+back to a default. `load_experiment` takes a file path or the name of a shipped definition
+(`locomo`, `synthetic`, `scifact-sanity`).
 """
 
 from __future__ import annotations
@@ -92,6 +92,13 @@ class AblationSection:
 
 
 @dataclass(frozen=True)
+class ReferencesSection:
+    # BM25 and dense-only beside the ladder (experiments/references.py); off for stores
+    # too large to index once per visible set.
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class TuneSection:
     trials: int = 300
     sampler: str = "tpe"
@@ -124,6 +131,7 @@ class ExperimentConfig:
     replay: ReplaySection
     metrics: MetricsSection
     ablation: AblationSection
+    references: ReferencesSection
     tune: TuneSection
     tracking: TrackingSection
     raw: Mapping[str, Any] = field(repr=False)
@@ -135,7 +143,7 @@ class ExperimentConfig:
 
 
 _TOP = ("name", "description", "seed", "dataset", "split", "engine", "replay", "metrics",
-        "ablation", "tune", "tracking")
+        "ablation", "references", "tune", "tracking")
 
 
 def _section(cls: type, raw: Any, where: str) -> Any:
@@ -321,6 +329,7 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
     if len(set(ablation.arms)) != len(ablation.arms):
         raise ExperimentError(f"ablation.arms: {list(ablation.arms)} names an arm twice")
     _weights("ablation.weights", ablation.weights)
+    references = _section(ReferencesSection, raw.get("references"), "references")
     tune = _section(TuneSection, raw.get("tune"), "tune")
     _choice("tune.sampler", tune.sampler, SAMPLERS)
     _choice("tune.pruner", tune.pruner, PRUNERS)
@@ -346,4 +355,5 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
     return ExperimentConfig(
         name=name, path=path, description=str(raw.get("description", "")), seed=seed,
         dataset=dataset, split=split, engine=engine, engine_dict=engine_dict, replay=replay,
-        metrics=metrics, ablation=ablation, tune=tune, tracking=tracking, raw=raw)
+        metrics=metrics, ablation=ablation, references=references, tune=tune,
+        tracking=tracking, raw=raw)

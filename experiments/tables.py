@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 from rich import box
 from rich.table import Table
 
 __all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "fmt", "ladder_table",
-           "side_effect_table", "summary_table"]
+           "reference_table", "side_effect_table", "summary_table"]
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -188,6 +188,33 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
                       *_delta_cell(delta("off", r["arm"])),
                       *_delta_cell(delta("on-zero", r["arm"])),
                       f"{m['rate']:.1%}" if m and m["logged"] else "–")
+    return table
+
+
+def reference_table(summary: pl.DataFrame, comparison: pl.DataFrame, *, metric: str,
+                    title: str, seconds: Mapping[str, float],
+                    labels: Mapping[str, str]) -> Table:
+    """One row per reference ranker and unit, overall: its mean with a CI, n, its delta
+    against `off` with a CI and Holm-adjusted t-test p, and what ranking every search cost;
+    `labels` (name -> how it ranks) make the caption."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=(
+        "references, not arms: not tuned, same searches, qrels and visibility (the query "
+        "owner's memories that exist at search time) as the ladder; n: queries or searches "
+        "with a relevant memory; Δ off: reference minus off (MSPR disabled), paired; p: "
+        "Holm-adjusted paired t-test; seconds: ranking every search, indexing included. "
+        + "; ".join(f"{name}: {label}" for name, label in labels.items())),
+        caption_justify="left")
+    for column in ("reference", "unit", "n", "mean [95% CI]", "Δ off [95% CI]", "p",
+                   "seconds"):
+        table.add_column(column, justify="left" if column in ("reference", "unit") else "right",
+                         no_wrap=True)
+    overall = (pl.col("metric") == metric) & (pl.col("group_by") == "overall")
+    deltas = {(r["arm"], r["unit"]): r for r in comparison.filter(overall).iter_rows(named=True)}
+    for r in summary.filter(overall).iter_rows(named=True):
+        table.add_row(r["arm"], f"per {r['unit']}", f"{r['n']:,}",
+                      f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+                      *_delta_cell(deltas.get((r["arm"], r["unit"]))),
+                      f"{seconds[r['arm']]:.2f}")
     return table
 
 

@@ -109,3 +109,18 @@ def test_the_report_prints_the_logged_headline(logged) -> None:
     provenance = json.loads((bundle / "provenance.json").read_text())
     assert provenance["dataset"]["digest"] == parent["tags.msprlab.dataset_digest"]
     assert not math.isnan(delta)
+
+
+def test_reference_rankers_are_children_of_kind_reference(logged) -> None:
+    runs, bundle, _ = logged
+    summary = pl.read_parquet(bundle / "references" / "summary.parquet").filter(
+        pl.col("metric") == "ndcg@10")
+    for r in summary.iter_rows(named=True):
+        child = _one(runs, f"reference:{r['arm']}")
+        assert child["tags.msprlab.arm_kind"] == "reference"
+        group = "" if r["group_by"] == "overall" else f"/{r['group_by']}/{r['group']}"
+        prefix = "" if r["unit"] == "query" else "per_search/"
+        assert child[f"metrics.{prefix}{PRIMARY}{group}"] == pytest.approx(r["mean"], abs=1e-12)
+        assert child[f"metrics.{prefix}n{group}"] == r["n"]
+        assert child["metrics.cost/seconds"] >= 0
+    assert set(summary["arm"]) == {"bm25", "dense"}
