@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from .errors import ExperimentError
+from .errors import ExperimentError, redact_url
 
 __all__ = ["Tracker", "flatten", "git_commit", "metric_key"]
 
@@ -78,7 +78,7 @@ def check_tracking_uri(uri: str) -> None:
     a server that does not answer."""
     from urllib.parse import urlparse
     scheme = urlparse(uri).scheme.split("+", 1)[0]
-    where = f"tracking.uri {_redact(uri)}"
+    where = f"tracking.uri {redact_url(uri)}"
     if scheme in ("", "file") and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
         raise ExperimentError(f"{where}: MLflow 3 retired the file store; use a database "
                               "such as sqlite:///mlflow.db, or an http:// server")
@@ -118,11 +118,6 @@ def _probe_server(uri: str, where: str) -> None:
                               "tracking.uri at it, or run with --no-track") from None
 
 
-def _redact(uri: str) -> str:
-    import re
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", uri)
-
-
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "no reason given"
 
@@ -143,7 +138,7 @@ class Tracker:
             mlflow.set_tracking_uri(uri)
             self.experiment_id = mlflow.set_experiment(experiment).experiment_id
         except MlflowException as exc:
-            raise ExperimentError(f"tracking.uri {_redact(uri)}: MLflow cannot use it: "
+            raise ExperimentError(f"tracking.uri {redact_url(uri)}: MLflow cannot use it: "
                                   f"{_first_line(exc.message)}") from None
         self.experiment = experiment
         self._provenance: dict[str, str] = {}  # the parent run's msprlab.* tags

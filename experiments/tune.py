@@ -76,7 +76,7 @@ from optuna.trial import FrozenTrial, TrialState
 from msprlab.engine import EngineConfig
 from msprlab.engine.batch import INTENTS, WEIGHTS
 
-from .errors import ExperimentError
+from .errors import ExperimentError, redact_url
 from .evaluation import Arm, Scorer
 from .metrics import parse_metric
 
@@ -785,12 +785,7 @@ def _open_rdb(spec: str) -> BaseStorage:
             f"{package} (into msprlab's environment), or use a journal file") from None
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError) as exc:
         reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise ExperimentError(f"--storage {_redact(spec)}: cannot open it ({reason})") from None
-
-
-def _redact(url: str) -> str:
-    """A URL as it may be printed: without its password."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+        raise ExperimentError(f"--storage {redact_url(spec)}: cannot open it ({reason})") from None
 
 
 class _RunLock:

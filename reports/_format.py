@@ -17,7 +17,7 @@ import polars as pl
 
 __all__ = ["ALPHA", "EXPLAIN", "LOW_SUPPORT_MARK", "ComparisonRow", "comparison_rows", "fmt",
            "fmt_ci", "fmt_delta", "fmt_p", "group_label", "methods", "primary_metric",
-           "significance"]
+           "side_effect_rows", "significance"]
 
 ALPHA = 0.05
 LOW_SUPPORT_MARK = "†"
@@ -129,6 +129,16 @@ EXPLAIN = ("Deltas are against `off` (MSPR disabled: the context graph alone, th
            "it by what recording verdicts and accesses does to relevance by itself, so a "
            "delta against `on-zero` (in the bundle) leaves that effect out. Labels: the "
            "dataset's qrels; n counts distinct questions.")
+
+
+def side_effect_rows(effects: pl.DataFrame, metric: str) -> list[dict[str, str]]:
+    """The overall side-effect rows of `metric`, formatted: one per block and unit."""
+    return [{"block": r["block"], "unit": f"per {r['unit']}", "n": fmt(r["n"]),
+             "without": fmt(r["mean_base"]), "with": fmt(r["mean_arm"]),
+             "delta": fmt_delta(r["delta"]), "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
+             "changed": f"{r['top10_changed'] / max(1, r['searches']):.1%}"}
+            for r in effects.filter(pl.col("metric") == metric,
+                                    pl.col("group_by") == "overall").iter_rows(named=True)]
 
 
 def methods(comparison: pl.DataFrame) -> list[str]:

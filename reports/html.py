@@ -29,6 +29,7 @@ from ._format import (
     group_label,
     methods,
     primary_metric,
+    side_effect_rows,
     significance,
 )
 from .load import Results
@@ -140,12 +141,7 @@ def _side_effects(results: Results, primary: str | None) -> list[dict[str, str]]
     effects = results.side_effects
     if effects is None or primary is None:
         return []
-    return [{"block": r["block"], "unit": f"per {r['unit']}", "n": fmt(r["n"]),
-             "without": fmt(r["mean_base"]), "with": fmt(r["mean_arm"]),
-             "delta": fmt_delta(r["delta"]), "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
-             "changed": f"{r['top10_changed'] / max(1, r['searches']):.1%}"}
-            for r in effects.filter(pl.col("metric") == primary,
-                                    pl.col("group_by") == "overall").iter_rows(named=True)]
+    return side_effect_rows(effects, primary)
 
 
 def _test(results: Results, primary: str | None) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from ._format import (
     fmt_delta,
     methods,
     primary_metric,
+    side_effect_rows,
     significance,
 )
 from .load import Results
@@ -114,12 +115,7 @@ def _side_effects_section(results: Results, metric: str) -> list[str]:
     out = [f"## Side effects at zero weight ({metric})", "",
            "`on-zero` minus `on-zero` with one recording block off: what recording that "
            "block does to the ranking when every new weight is 0.", ""]
-    rows = [[r["block"], f"per {r['unit']}", fmt(r["n"]), fmt(r["mean_base"]),
-             fmt(r["mean_arm"]), fmt_delta(r["delta"]),
-             fmt_ci(r["ci_low"], r["ci_high"], signed=True),
-             f"{r['top10_changed'] / max(1, r['searches']):.1%}"]
-            for r in effects.filter(pl.col("metric") == metric,
-                                    pl.col("group_by") == "overall").iter_rows(named=True)]
+    rows = [list(r.values()) for r in side_effect_rows(effects, metric)]
     out += _table(["block", "unit", "n", "without it", "on-zero", "effect", "95% CI",
                    "searches whose top 10 changed"], rows, right=[False, False, *([True] * 6)])
     return [*out, ""]
