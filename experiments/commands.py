@@ -11,6 +11,7 @@ window only.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, replace
@@ -41,12 +42,15 @@ from .experiment_config import (
     load_experiment,
     shipped_experiments,
 )
+from .funnel import shares, with_shares
 from .metrics import parse_metric
 from .tables import (
     arms_table,
     audit_table,
     comparison_table,
     delta_matrix,
+    funnel_group_table,
+    funnel_table,
     ladder_table,
     reference_table,
     side_effect_table,
@@ -144,6 +148,7 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
         ctx.console.print(ladder_table(
             result.summary, result.comparison, result.match, metric=primary, unit=unit,
             title=f"ablation ladder, test window: {primary}, {label}; labels: {P.LABEL_SOURCE}"))
+    funnel_frames, funnel = _funnel(ctx, prepared, result, configs)
     if result.comparison.height:
         family = _family(result.comparison, "off", "query")
         for group_by in ("intent", "question_type"):
@@ -178,12 +183,16 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
                                     **{f"switch.{k}": v for k, v in
                                        switches(result.configs[name]).items()}})
                 ctx.tracker.metrics({**_arm_metrics(result.summary, name),
+                                    **_funnel_metrics(funnel, name),
                                      "match/matched": match[name]["matched"],
                                      "match/logged": match[name]["logged"],
                                      "match/rate": match[name]["rate"]})
     for name, frame in result.per_search.items():
         ctx.bundle.frame(frame, f"ablation/per_search/{name}.parquet")
     ctx.bundle.frame(result.summary, "ablation/summary.parquet")
+    ctx.bundle.frame(funnel, "ablation/funnel.parquet")
+    for name, frame in funnel_frames.items():
+        ctx.bundle.frame(frame, f"ablation/funnel/per_search/{name}.parquet")
     ctx.bundle.frame(arms, "ablation/arms.parquet")
     ctx.bundle.frame(result.match, "ablation/match.parquet")
     ctx.bundle.json(result.notes, "ablation/notes.json")
@@ -193,6 +202,39 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
         ctx.bundle.frame(result.side_effects, "ablation/side_effects.parquet")
     _reference_rankers(ctx, prepared, result)
     return result
+
+
+def _funnel(ctx: Context, prepared: P.Prepared, result: P.AblationResult,
+            configs: dict[str, Any]) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+    """The ladder arms' stage funnel: printed overall and by group, returned for the
+    bundle and MLflow (long, as `stats.aggregate` gives it, with `share` rows added)."""
+    primary = ctx.cfg.metrics.primary
+    arms = {name: result.arms[name] for name in configs}
+    frames, summary = P.funnel(ctx.cfg, prepared, arms, result.per_search)
+    wide = shares(summary)
+    ctx.console.print(funnel_table(
+        wide, metric=primary, title=f"stage funnel, test window: where {primary} is lost "
+        f"between the dense seeds and the returned list; labels: {P.LABEL_SOURCE}"))
+    reference = "off" if "off" in arms else next(iter(arms))
+    for group_by in ("intent", "question_type"):
+        ctx.console.print(funnel_group_table(
+            wide, reference=reference, arms=list(arms), group_by=group_by,
+            title=f"stage funnel by {group_by.replace('_', ' ')}, test window, per query: "
+                  f"{primary}; labels: {P.LABEL_SOURCE}"))
+    return frames, with_shares(summary)
+
+
+def _funnel_metrics(funnel: pl.DataFrame, arm: str) -> dict[str, float]:
+    """An arm's funnel for MLflow: `funnel/pool_recall`, `funnel/pool_recall/intent/FACTUAL`
+    (per query), `funnel/per_search/...` (per search)."""
+    out: dict[str, float] = {}
+    for r in funnel.filter(pl.col("arm") == arm).iter_rows(named=True):
+        if r["mean"] is None or math.isnan(r["mean"]):
+            continue
+        group = () if r["group_by"] == "overall" else (r["group_by"], str(r["group"]))
+        prefix = ("funnel",) if r["unit"] == "query" else ("funnel", "per_search")
+        out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
+    return out
 
 
 def _family(comparison: pl.DataFrame, reference: str, unit: str) -> str:
@@ -442,6 +484,13 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
         title=f"test window, per search (weighted by traffic; n = searches; CI: cluster "
               f"bootstrap over queries): {primary}, against off and on-zero; labels: "
               f"{P.LABEL_SOURCE}", caption=_family(comparison, "off", "search")))
+    _, stages = P.funnel(cfg, prepared, chosen, frames)
+    funnel = with_shares(stages)
+    ctx.console.print(funnel_table(
+        shares(stages), metric=primary,
+        title=f"stage funnel, test window: the tuned weights beside the references; labels: "
+              f"{P.LABEL_SOURCE}"))
+    ctx.bundle.frame(funnel, "test/funnel.parquet")
     if ctx.tracker is not None:
         headline = summary.filter(pl.col("metric") == primary, pl.col("group_by") == "overall",
                                   pl.col("unit") == "query")
@@ -457,7 +506,8 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
         for name in frames:
             with ctx.tracker.child(f"test:{name}", tags={"msprlab.arm": name,
                                                          "msprlab.window": "test"}):
-                ctx.tracker.metrics(_arm_metrics(summary, name))
+                ctx.tracker.metrics({**_arm_metrics(summary, name),
+                                     **_funnel_metrics(funnel, name)})
     ctx.bundle.frame(comparison, "test/comparison.parquet")
     ctx.bundle.frame(summary, "test/summary.parquet")
     for name, frame in frames.items():

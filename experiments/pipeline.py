@@ -29,12 +29,13 @@ from .ablation import REFERENCES, AblationResult, ladder, ladder_arms, side_effe
 from .errors import ExperimentError
 from .evaluation import Arm, Scorer, arm_of
 from .experiment_config import ExperimentConfig
+from .funnel import FUNNEL_COLUMNS, funnel_frame
 from .metrics import parse_metric
 from .replay import CandidateTable, cached_replay, table_key
 from .splits import split_searches
 from .stats import aggregate, compare
 
-__all__ = ["Prepared", "Stage", "ablate", "prepare_store", "split_tables", "summarize",
+__all__ = ["Prepared", "Stage", "ablate", "funnel", "prepare_store", "split_tables", "summarize",
            "tables", "window_table"]
 
 Stage = Callable[[str, int, int], None]  # (what, done, total)
@@ -193,10 +194,11 @@ def _stats_settings(cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def summarize(frames: Mapping[str, pl.DataFrame], cfg: ExperimentConfig, *,
-              group_cols: tuple[str, ...] = GROUPS) -> pl.DataFrame:
+              group_cols: tuple[str, ...] = GROUPS,
+              metric_cols: tuple[str, ...] | None = None) -> pl.DataFrame:
     """`stats.aggregate` of each arm's per-search frame per query and per search, with an
-    `arm` column."""
-    names = list(cfg.metrics.names)
+    `arm` column; `metric_cols` defaults to the experiment's metrics."""
+    names = list(cfg.metrics.names if metric_cols is None else metric_cols)
     return pl.concat([
         aggregate(frame, metric_cols=names, group_cols=group_cols, unit=unit,
                   cluster="query_id", **_stats_settings(cfg))
@@ -275,6 +277,19 @@ def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, Engi
         notes.append("roles: no role policy installed (replay.policy = none), so the roles "
                      "arm ranks exactly as on-zero")
     return AblationResult(arms, dict(every), frames, summary, comparison, side, match, notes)
+
+
+def funnel(cfg: ExperimentConfig, prepared: Prepared, arms: Mapping[str, Arm],
+           per_search: Mapping[str, pl.DataFrame], *, window: str = "test"
+           ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+    """Each arm's stage funnel on the `window` searches (`funnel.funnel_frame`, primary
+    metric), per search, and summarized per group and unit like the metrics."""
+    metric = parse_metric(cfg.metrics.primary)
+    windowed = split_tables(prepared, window)
+    frames = {name: funnel_frame(windowed[prepared.key_of[name]], per_search[name],
+                                 metric=metric, roles=arm.roles)
+              for name, arm in arms.items()}
+    return frames, summarize(frames, cfg, metric_cols=FUNNEL_COLUMNS)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""Reference rankers on the ladder's searches: BM25 and dense-only, not tuned, not arms.
+"""Reference rankers on the ladder's searches: BM25, dense-only and the pool in ideal
+order; not tuned, not arms.
 
 They answer "how good could a plain retriever be on these searches?", so a researcher sees
-whether the candidate pool, rather than the rerank weights, caps the ladder. Each one
-ranks, per evaluated search, the memories the replay's dense seeds are drawn from at that
+whether the candidate pool, rather than the rerank weights, caps the ladder. BM25 and dense
+rank, per evaluated search, the memories the replay's dense seeds are drawn from at that
 moment (`timeline.Timeline`: the query owner's memories, same user_id / agent_id / run_id,
 that have been added with a vector and not deleted), and is scored through `metrics.evaluate`
 against the table's qrels, with the same ideal DCG over every judged memory as the ladder.
@@ -14,6 +15,8 @@ against the table's qrels, with the same ideal DCG over every judged memory as t
 - `dense`: the exact cosine of the replay's own query vector against the visible memories'
   stored embeddings, top `limit` (`timeline.SeedPlan`, the seeds' code with the search's
   limit as the count): no graph, no rerank.
+- `pool-ideal`: the candidate pool of the table's own replay in ideal order (`funnel.
+  ideal_rankings`), the ceiling of any rerank: an oracle, since it reads the qrels.
 
 >>> runs = reference_runs(dataset, table)                             # doctest: +SKIP
 >>> frames = {r.name: reference_frame(table, r, metrics) for r in runs}  # doctest: +SKIP
@@ -33,13 +36,18 @@ from msprlab.datasets.schema import Dataset
 from msprlab.datasets.timeline import Corpus, SeedPlan, Timeline, _search_groups, corpus_of
 from msprlab.engine import EngineConfig, new_state
 
+from .funnel import ideal_rankings
 from .metrics import Metric, evaluate, judged_from_frames
 from .replay import CandidateTable, _query_vectors
 
-__all__ = ["BM25_LABEL", "REFERENCE_RANKERS", "ReferenceRun", "bm25_rankings", "dense_label",
-           "reference_frame", "reference_runs", "visible_sets"]
+__all__ = ["BM25_LABEL", "POOL_IDEAL_LABEL", "REFERENCE_RANKERS", "ReferenceRun",
+           "bm25_rankings", "dense_label", "pool_ideal_run", "reference_frame",
+           "reference_runs", "visible_sets"]
 
-REFERENCE_RANKERS = ("bm25", "dense")
+REFERENCE_RANKERS = ("bm25", "dense", "pool-ideal")
+POOL_IDEAL_LABEL = ("the reference arm's own candidate pool (dense seeds + graph expansion) in "
+                    "ideal order, judged grade descending: the funnel's ceiling, the best any "
+                    "weights can do on that pool")
 BM25_LABEL = ("BM25 (bm25s defaults: Lucene variant, k1 1.5, b 0.75; tokens: lower-cased "
               "\\w\\w+, English stopwords removed, no stemming), one index per visible set")
 
@@ -145,14 +153,24 @@ def _dense_run(ds: Dataset, corpus: Corpus, searches: pl.DataFrame) -> Reference
                         len(visible_sets(ds, corpus, searches)))
 
 
+def pool_ideal_run(table: CandidateTable) -> ReferenceRun:
+    """The table's candidate pool in ideal order (an oracle: it reads the qrels)."""
+    started = time.perf_counter()
+    rankings = ideal_rankings(table)
+    return ReferenceRun("pool-ideal", POOL_IDEAL_LABEL, rankings, time.perf_counter() - started,
+                        0)
+
+
 def reference_runs(ds: Dataset, table: CandidateTable) -> list[ReferenceRun]:
-    """BM25 and dense-only on the table's searches (`REFERENCE_RANKERS` order)."""
+    """BM25, dense-only and the pool in ideal order on the table's searches
+    (`REFERENCE_RANKERS` order)."""
     corpus = corpus_of(ds)
     if corpus.vectors is None:
         raise ValueError("references: the dataset has no memory embeddings, so neither the "
                          "visible sets nor the dense ranking exist; ingest it with an embedder")
     searches = table.searches
-    return [_bm25_run(ds, corpus, searches), _dense_run(ds, corpus, searches)]
+    return [_bm25_run(ds, corpus, searches), _dense_run(ds, corpus, searches),
+            pool_ideal_run(table)]
 
 
 def reference_frame(table: CandidateTable, run: ReferenceRun,

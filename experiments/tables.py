@@ -9,8 +9,9 @@ import polars as pl
 from rich import box
 from rich.table import Table
 
-__all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "fmt", "ladder_table",
-           "reference_table", "side_effect_table", "summary_table"]
+__all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "fmt",
+           "funnel_group_table", "funnel_table", "ladder_table", "reference_table",
+           "side_effect_table", "summary_table"]
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -262,4 +263,67 @@ def side_effect_table(effects: pl.DataFrame, *, metric: str, labels: str) -> Tab
                       fmt(r["mean_arm"]), d, p,
                       f"{r['top10_changed']:,} / {r['searches']:,} "
                       f"({r['top10_changed'] / max(1, r['searches']):.1%})")
+    return table
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.1%}"
+
+
+def funnel_table(wide: pl.DataFrame, *, metric: str, title: str) -> Table:
+    """One row per arm and unit, overall: seed recall, pool recall, the pool's ceiling,
+    the achieved value, the share of the ceiling reached and the share lost before the
+    rerank (`funnel.shares` rows)."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=(
+        f"n: queries or searches with a relevant memory; seed recall: relevant memories "
+        f"among the dense seeds / all relevant; pool recall: among the seeds and their "
+        f"graph expansion; ceiling: {metric} of the pool in ideal order (the best any "
+        f"weights can do); achieved: the arm's {metric}; share: achieved / ceiling (ratio "
+        "of the means); lost: share whose pool holds no relevant memory (lost before the "
+        "rerank)"), caption_justify="left")
+    for column in ("arm", "unit", "n", "seed recall", "pool recall", "ceiling", "achieved",
+                   "share", "lost"):
+        table.add_column(column, justify="left" if column in ("arm", "unit") else "right",
+                         no_wrap=True)
+    for unit in ("query", "search"):
+        for r in wide.filter(pl.col("group_by") == "overall",
+                             pl.col("unit") == unit).iter_rows(named=True):
+            table.add_row(r["arm"], f"per {unit}", f"{r['n']:,}", _pct(r["seed_recall"]),
+                          _pct(r["pool_recall"]), fmt(r["ceiling"]), fmt(r["achieved"]),
+                          _pct(r["share"]), _pct(r["lost"]))
+    return table
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    nan_a, nan_b = a is None or math.isnan(a), b is None or math.isnan(b)
+    return (nan_a and nan_b) or (not nan_a and not nan_b and abs(a - b) < 1e-12)  # type: ignore[operator]
+
+
+def funnel_group_table(wide: pl.DataFrame, *, reference: str, arms: Sequence[str],
+                       group_by: str, title: str) -> Table:
+    """Per group, per query: the `reference` arm's funnel (seed and pool recall, ceiling,
+    lost) and every arm's achieved value with its share of its own ceiling."""
+    part = wide.filter(pl.col("unit") == "query",
+                       pl.col("group_by").is_in(["overall", group_by]))
+    ref = part.filter(pl.col("arm") == reference)
+    cells = {(r["arm"], r["group_by"], r["group"]): r for r in part.iter_rows(named=True)}
+    # Arms whose pool differs from the reference's: their share is of their own ceiling.
+    own = sorted({arm for (arm, by, group), c in cells.items() if arm in arms and not
+                  _same(c["pool_recall"], cells[(reference, by, group)]["pool_recall"])})
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=(
+        f"n: queries with a relevant memory; seed/pool recall, ceiling and lost: the pool "
+        f"of {reference}" + (f" (the pools of {', '.join(own)} differ)" if own else
+                             ", shared by every arm shown") +
+        "; per arm: achieved (share of its own ceiling)"), caption_justify="left")
+    for column in ("group", "n", "seed", "pool", "ceiling", "lost", *arms):
+        table.add_column(column, justify="left" if column == "group" else "right",
+                         no_wrap=True)
+    for r in ref.iter_rows(named=True):
+        values = []
+        for arm in arms:
+            c = cells.get((arm, r["group_by"], r["group"]))
+            values.append("–" if c is None else f"{fmt(c['achieved'])} ({_pct(c['share'])})")
+        table.add_row(_group_label(r["group_by"], r["group"]), f"{r['n']:,}",
+                      _pct(r["seed_recall"]), _pct(r["pool_recall"]), fmt(r["ceiling"]),
+                      _pct(r["lost"]), *values)
     return table

@@ -107,7 +107,7 @@ def visibility_world() -> Dataset:
 def test_visibility_is_the_replays_own() -> None:
     ds = visibility_world()
     table = replay(ds, EngineConfig())
-    bm25, dense = reference_runs(ds, table)
+    bm25, dense, _ = reference_runs(ds, table)
     # BM25 over {m0, m1, m5} (N 3, avgdl 7/3): "bread" in the shorter m1 beats "apple" in m0
     assert bm25.rankings == [["m1", "m0"], ["m3", "m1", "m0"]]
     # m3's vector is [1, 0.02]: a shade below m0's cosine
@@ -123,7 +123,7 @@ def test_visibility_is_the_replays_own() -> None:
 def test_reference_frame_scores_with_the_ladders_ideal() -> None:
     ds = visibility_world()
     table = replay(ds, EngineConfig())
-    bm25, dense = reference_runs(ds, table)
+    bm25, dense, _ = reference_runs(ds, table)
     metrics = [parse_metric("ndcg@10"), parse_metric("recall@10")]
     frame = reference_frame(table, bm25, metrics)
     # four judged relevant (m2 and m4 never visible still count in the ideal DCG)
@@ -159,12 +159,12 @@ def test_ablate_prints_and_bundles_the_references(tmp_path, capsys) -> None:
     assert "bm25s defaults" in out
     [bundle] = list((tmp_path / "results").iterdir())
     summary = pl.read_parquet(bundle / "references" / "summary.parquet")
-    assert set(summary["arm"]) == {"bm25", "dense"}
+    assert set(summary["arm"]) == {"bm25", "dense", "pool-ideal"}
     assert set(summary["unit"]) == {"query", "search"}
     assert {"overall", "intent", "question_type"} <= set(summary["group_by"])
     comparison = pl.read_parquet(bundle / "references" / "comparison.parquet")
     assert set(comparison["reference"]) == {"off"}
-    assert set(comparison["arm"]) == {"bm25", "dense"}
+    assert set(comparison["arm"]) == {"bm25", "dense", "pool-ideal"}
 
 
 def test_references_can_be_turned_off(tmp_path, capsys) -> None:
