@@ -123,4 +123,4 @@ def test_reference_rankers_are_children_of_kind_reference(logged) -> None:
         assert child[f"metrics.{prefix}{PRIMARY}{group}"] == pytest.approx(r["mean"], abs=1e-12)
         assert child[f"metrics.{prefix}n{group}"] == r["n"]
         assert child["metrics.cost/seconds"] >= 0
-    assert set(summary["arm"]) == {"bm25", "dense"}
+    assert set(summary["arm"]) == {"bm25", "dense", "pool-ideal"}
