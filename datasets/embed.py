@@ -154,8 +154,8 @@ class WordLlamaEmbedder:
             import wordllama
             from wordllama.config import WordLlamaModels
         except ImportError as e:
-            raise ImportError("WordLlamaEmbedder requires wordllama: "
-                              "pip install 'msprlab[wordllama]'") from e
+            raise ImportError("WordLlamaEmbedder requires wordllama, a dependency of "
+                              "msprlab: reinstall it (make setup, or pip install -e .)") from e
         known = WordLlamaModels.list_configs()
         if config not in known:
             raise ValueError(f"unknown WordLlama config {config!r}; known: {', '.join(known)}")

@@ -162,7 +162,7 @@ def add_ingest_commands(
     generic.add_argument("--embedder", default=None, metavar="NAME",
                          help="embed the memories and queries (a folder without vectors): "
                               "tfidf-svd (fitted on the memory texts) or wordllama "
-                              "(msprlab[wordllama]); the manifest records it and its "
+                              "(shipped weights); the manifest records it and its "
                               "dimension")
     add_store_arguments(generic)
     generic.set_defaults(func=cmd_ingest_generic)

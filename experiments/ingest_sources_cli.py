@@ -158,7 +158,7 @@ def _add_embedder_arguments(parser: argparse.ArgumentParser, *, allow_none: bool
         "--embedder", choices=choices, default=default,
         help="tfidf: scikit-learn TF-IDF + TruncatedSVD fitted on the memory texts "
              "(deterministic, nothing downloaded); wordllama: WordLlama's shipped weights "
-             "(needs msprlab[wordllama]; dims 64, 128 or 256)"
+             "(dims 64, 128 or 256)"
              + ("; none: no embeddings" if allow_none else "") + " (default: %(default)s)")
     parser.add_argument("--dim", type=int, default=256, metavar="N",
                         help="embedding width (default: %(default)s)")

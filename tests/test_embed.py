@@ -138,7 +138,7 @@ def test_make_embedder_errors_name_the_registry_and_the_arguments():
 
 def test_wordllama_missing_package_gives_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "wordllama", None)
-    with pytest.raises(ImportError, match=r"pip install 'msprlab\[wordllama\]'"):
+    with pytest.raises(ImportError, match=r"reinstall it \(make setup"):
         WordLlamaEmbedder()
 
 

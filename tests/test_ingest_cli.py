@@ -26,8 +26,8 @@ from msprlab.experiments.cli import main
 
 from locomo_excerpt import locomo_excerpt
 
-HAVE_WORDLLAMA = importlib.util.find_spec("wordllama") is not None  # msprlab[wordllama]
-NEEDS_WORDLLAMA = pytest.mark.skipif(not HAVE_WORDLLAMA, reason="needs msprlab[wordllama]")
+HAVE_WORDLLAMA = importlib.util.find_spec("wordllama") is not None  # a core dependency
+NEEDS_WORDLLAMA = pytest.mark.skipif(not HAVE_WORDLLAMA, reason="needs wordllama")
 WITHOUT_WORDLLAMA = pytest.mark.skipif(HAVE_WORDLLAMA, reason="checks the missing-extra hint")
 
 SYNTHETIC = ["--users", "2", "--memories", "12", "--queries", "2", "--searches", "30"]
