@@ -606,14 +606,18 @@ def add_experiment_commands(commands: Any) -> None:
          "Build the dataset (unless its store exists), replay it, run the ablation ladder and "
          "the weight search on the train window, evaluate the best weights once on the test "
          "window against off (MSPR disabled: the context graph alone) and on-zero (MSPR on, new "
-         "weights at 0), and log it all to MLflow."),
+         "weights at 0), and log it all to MLflow. The ladder is printed with its stage "
+         "funnel and the reference rankers (see `msprlab ablate --help`)."),
         ("ablate", "the ablation ladder: off, on-zero, each signal on alone, all",
          "Score off (MSPR disabled: the context graph alone), on-zero (MSPR on, new weights "
          "at 0), each of personal, frequency, success, intent and roles switched on alone "
          "on top of on-zero, and all together, on the test window; on-zero with each "
          "recording block off (side effects at zero weight); paired per query against off "
          "and on-zero, per intent and question type, with bootstrap CIs and Holm-corrected "
-         "p-values over the tested rows; per-search figures beside them."),
+         "p-values over the tested rows; per-search figures beside them. Under the ladder, "
+         "the stage funnel per arm (seed recall, pool recall, the pool's ceiling, achieved, "
+         "share of the ceiling, lost before the rerank) and the reference rankers (BM25, "
+         "dense-only, the pool in ideal order; not tuned)."),
         ("tune", "an Optuna search over the six weights on the train window",
          "Search the weights (ranges and sampler from the definition) on the train window, "
          "starting from the configured switches at zero new weights; a killed study resumes "
