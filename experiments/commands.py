@@ -39,11 +39,13 @@ from .evaluation import Arm, Scorer, arm_of
 from .experiment_config import (
     ExperimentConfig,
     ExperimentError,
+    judged_metric,
     load_experiment,
     shipped_experiments,
 )
 from .funnel import shares, with_shares
 from .metrics import parse_metric
+from .replay import question_of
 from .tables import (
     arms_table,
     audit_table,
@@ -51,6 +53,7 @@ from .tables import (
     delta_matrix,
     funnel_group_table,
     funnel_table,
+    judged_shares,
     ladder_table,
     reference_table,
     side_effect_table,
@@ -91,6 +94,7 @@ def _tags(cfg: ExperimentConfig, prepared: P.Prepared | None, command: str) -> d
     if prepared is not None:
         tags["msprlab.dataset_digest"] = prepared.dataset.digest
         tags["msprlab.dataset_source"] = prepared.dataset.source
+        tags["msprlab.label_source"] = prepared.labels.source
     return tags
 
 
@@ -104,6 +108,8 @@ def _prepare(ctx: Context, configs: dict[str, Any]) -> P.Prepared:
     ctx.console.print(f"store {store} ({prepared.dataset.source}, digest "
                       f"{prepared.dataset.digest[:12]}); {len(prepared.tables)} replay(s), "
                       f"{cached} from the cache; searches: {windows}", highlight=False)
+    if note := prepared.labels.note():
+        ctx.console.print(note, highlight=False)
     return prepared
 
 
@@ -147,7 +153,9 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
                                    "queries")):
         ctx.console.print(ladder_table(
             result.summary, result.comparison, result.match, metric=primary, unit=unit,
-            title=f"ablation ladder, test window: {primary}, {label}; labels: {P.LABEL_SOURCE}"))
+            judged=_judged(ctx, prepared), min_judged_ratio=cfg.metrics.min_judged_ratio,
+            title=f"ablation ladder, test window: {primary}, {label}; labels: "
+                  f"{prepared.labels.source}"))
     funnel_frames, funnel = _funnel(ctx, prepared, result, configs)
     if result.comparison.height:
         family = _family(result.comparison, "off", "query")
@@ -158,11 +166,11 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
             ctx.console.print(delta_matrix(
                 part, metric=primary, title=f"ablation, test window: {primary} change against "
                 f"off (MSPR disabled), per query, by {group_by.replace('_', ' ')}; labels: "
-                f"{P.LABEL_SOURCE}",
+                f"{prepared.labels.source}",
                 family=family))
     if result.side_effects.height:
         ctx.console.print(side_effect_table(result.side_effects, metric=primary,
-                                            labels=P.LABEL_SOURCE))
+                                            labels=prepared.labels.source))
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     audit = P.isolation_audit(cfg, prepared, configs, progress=_stage(ctx.bar))
@@ -204,6 +212,13 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
     return result
 
 
+def _judged(ctx: Context, prepared: P.Prepared) -> str | None:
+    """The judged@K metric shown beside every arm when the labels are verdicts."""
+    if prepared.labels.source != P.VERDICT_LABELS:
+        return None
+    return judged_metric(ctx.cfg.metrics.names)
+
+
 def _funnel(ctx: Context, prepared: P.Prepared, result: P.AblationResult,
             configs: dict[str, Any]) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
     """The ladder arms' stage funnel: printed overall and by group, returned for the
@@ -214,13 +229,13 @@ def _funnel(ctx: Context, prepared: P.Prepared, result: P.AblationResult,
     wide = shares(summary)
     ctx.console.print(funnel_table(
         wide, metric=primary, title=f"stage funnel, test window: where {primary} is lost "
-        f"between the dense seeds and the returned list; labels: {P.LABEL_SOURCE}"))
+        f"between the dense seeds and the returned list; labels: {prepared.labels.source}"))
     reference = "off" if "off" in arms else next(iter(arms))
     for group_by in ("intent", "question_type"):
         ctx.console.print(funnel_group_table(
             wide, reference=reference, arms=list(arms), group_by=group_by,
             title=f"stage funnel by {group_by.replace('_', ' ')}, test window, per query: "
-                  f"{primary}; labels: {P.LABEL_SOURCE}"))
+                  f"{primary}; labels: {prepared.labels.source}"))
     return frames, with_shares(summary)
 
 
@@ -288,7 +303,7 @@ def _reference_rankers(ctx: Context, prepared: P.Prepared, result: P.AblationRes
         summary, comparison, metric=primary, seconds={r.name: r.seconds for r in runs},
         labels={r.name: r.label for r in runs},
         title=f"reference rankers (not tuned), test window: {primary} per query / per "
-              f"search, Δ against {base}; labels: {P.LABEL_SOURCE}"))
+              f"search, Δ against {base}; labels: {prepared.labels.source}"))
     ctx.bundle.frame(summary, "references/summary.parquet")
     ctx.bundle.frame(comparison, "references/comparison.parquet")
     ctx.bundle.json([{"name": r.name, "kind": "reference", "label": r.label,
@@ -451,7 +466,8 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
                                                     metrics)
         chosen[name] = arm_of(name, config)
     searches = prepared.table("tuned").searches
-    asked = searches.filter((prepared.split == "train").to_numpy())["query_id"].unique()
+    asked = searches.filter((prepared.split == "train").to_numpy()).select(
+        question_of(searches))["query_id"].unique()
     asked = asked.implode()
     frames = {name: scorers[name].frame(arm).with_columns(
         seen=pl.when(pl.col("query_id").is_in(asked)).then(pl.lit("seen"))
@@ -473,7 +489,7 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
             else ("overall", "seen"),
             title=f"test window: tuned weights against {what}, {primary}, per query "
                   "(n = distinct questions; seen = asked in the train window too; "
-                  f"* = below min support); labels: {P.LABEL_SOURCE}",
+                  f"* = below min support); labels: {prepared.labels.source}",
             caption=_family(comparison, ref, "query")))
     per_search = comparison.filter(pl.col("unit") == "search",
                                    pl.col("group_by").is_in(["overall", "seen"]))
@@ -483,13 +499,20 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
         group_by=("overall", "seen"),
         title=f"test window, per search (weighted by traffic; n = searches; CI: cluster "
               f"bootstrap over queries): {primary}, against off and on-zero; labels: "
-              f"{P.LABEL_SOURCE}", caption=_family(comparison, "off", "search")))
+              f"{prepared.labels.source}", caption=_family(comparison, "off", "search")))
+    if judged := _judged(ctx, prepared):
+        shares_ = judged_shares(summary, judged, "query", ratio=cfg.metrics.min_judged_ratio)
+        ctx.console.print(f"test window, {judged} (judged share of the top "
+                          f"{parse_metric(judged).k}, per query; labels: "
+                          f"{prepared.labels.source}): " + ", ".join(
+                              f"{arm} {share:.1%}" + ("" if ok else " (not assessable)")
+                              for arm, (share, ok) in shares_.items()), highlight=False)
     _, stages = P.funnel(cfg, prepared, chosen, frames)
     funnel = with_shares(stages)
     ctx.console.print(funnel_table(
         shares(stages), metric=primary,
         title=f"stage funnel, test window: the tuned weights beside the references; labels: "
-              f"{P.LABEL_SOURCE}"))
+              f"{prepared.labels.source}"))
     ctx.bundle.frame(funnel, "test/funnel.parquet")
     if ctx.tracker is not None:
         headline = summary.filter(pl.col("metric") == primary, pl.col("group_by") == "overall",

@@ -33,7 +33,7 @@ from msprlab.engine.batch import (
 )
 
 from .metrics import Judged, Metric, evaluate, judged_from_frames
-from .replay import CandidateTable
+from .replay import CandidateTable, question_of
 
 __all__ = ["Arm", "Scorer", "arm_of", "ranked_lists", "weights_of"]
 
@@ -139,7 +139,7 @@ class Scorer:
         column per metric (named as `Metric.name`)."""
         s = self.table.searches
         values = self.values(arm)
-        return s.select("search", "event_id", "query_id",
+        return s.select("search", "event_id", question_of(s),
                         pl.col("intent_label").alias("intent"), "question_type").with_columns(
             **{m.name: pl.Series(values[m.name]) for m in self.metrics})
 

@@ -35,6 +35,7 @@ __all__ = ["ARMS", "CONFIG_DIR", "ExperimentConfig", "ExperimentError", "load_ex
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 SOURCES = ("locomo-log", "synthetic", "scifact", "store")
+LABELS = ("qrels", "verdicts")
 # The ladder, in order: the context graph alone, MSPR on at zero new weights, each signal
 # alone, all (ablation.py says what each arm is).
 ARMS = ("off", "on-zero", "personal", "frequency", "success", "intent", "roles", "all")
@@ -54,6 +55,11 @@ class DatasetSection:
     users: int = 12                    # synthetic: users
     memories_per_user: int = 60        # synthetic
     queries_per_user: int = 8          # synthetic
+    # Where relevance comes from: the store's qrels, or its feedback verdicts
+    # (datasets/verdict_labels.py: one search per occurrence, replayed before its verdicts).
+    labels: str = "qrels"
+    verdict_window_minutes: float = 30.0  # labels = "verdicts": one occurrence's span
+    verdict_limit: int = 10               # labels = "verdicts": the replayed search's limit
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,9 @@ class MetricsSection:
     bootstrap: int = 1000
     min_support: int = 30
     correction: str = "holm"
+    # Verdict labels: an arm whose judged share of the top K (judged@K) is below this
+    # fraction of the best-judged arm's is marked "not assessable" rather than scored.
+    min_judged_ratio: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -180,6 +189,11 @@ def _section(cls: type, raw: Any, where: str) -> Any:
                                   f"{value!r}")
         values[key] = value
     return cls(**values)
+
+
+def judged_metric(names: tuple[str, ...] | list[str]) -> str | None:
+    """The first judged@K metric of `names`: the judged share printed beside verdict labels."""
+    return next((n for n in names if parse_metric(n).kind == "judged"), None)
 
 
 def _choice(where: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -297,6 +311,15 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         raise ExperimentError("name must be a string and seed an integer")
     dataset = _section(DatasetSection, raw.get("dataset"), "dataset")
     _choice("dataset.source", dataset.source, SOURCES)
+    _choice("dataset.labels", dataset.labels, LABELS)
+    if dataset.labels == "verdicts" and dataset.source != "store":
+        raise ExperimentError(f"dataset.labels = \"verdicts\" reads an ingested store's "
+                              f"feedback (dataset.source = \"store\"), not {dataset.source!r}, "
+                              "whose qrels are the truth")
+    if not dataset.verdict_window_minutes > 0 or dataset.verdict_limit < 1:
+        raise ExperimentError(f"dataset.verdict_window_minutes must be > 0 and "
+                              f"dataset.verdict_limit >= 1, got {dataset.verdict_window_minutes} "
+                              f"and {dataset.verdict_limit}")
     split = _section(SplitSection, raw.get("split"), "split")
     try:
         split.spec()
@@ -317,6 +340,13 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         raise ExperimentError(f"metrics.primary {metrics.primary!r} must be one of "
                               f"metrics.names {list(metrics.names)}")
     _choice("metrics.correction", metrics.correction, ("holm", "bh"))
+    if not 0.0 <= metrics.min_judged_ratio <= 1.0:
+        raise ExperimentError(f"metrics.min_judged_ratio must be in [0, 1], got "
+                              f"{metrics.min_judged_ratio}")
+    if dataset.labels == "verdicts" and judged_metric(metrics.names) is None:
+        raise ExperimentError("metrics.names: verdict labels leave most memories unjudged, so "
+                              "every figure needs its judged share beside it; add a judged@K "
+                              "metric (judged@10) to metrics.names")
     ablation = _section(AblationSection, raw.get("ablation"), "ablation")
     if not ablation.arms:
         raise ExperimentError(f"ablation.arms is empty; name at least one of {', '.join(ARMS)}")

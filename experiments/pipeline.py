@@ -121,6 +121,70 @@ def prepare_store(cfg: ExperimentConfig, root: Path, progress: Stage = _quiet) -
     return path
 
 
+# Where the relevance judgments every table is scored against come from: the store's qrels,
+# or its feedback verdicts ([dataset] labels = "verdicts").
+LABEL_SOURCE = "dataset qrels"
+VERDICT_LABELS = "feedback verdicts"
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Where the relevance judgments come from, named wherever a number is printed, and,
+    for verdict labels, what the derivation counted (`verdict_labels.Relabelled`)."""
+
+    source: str
+    occurrences: int = 0      # searches made from verdict occurrences
+    verdicts: int = 0         # verdicts labelling them (the last per memory and search)
+    without_query: int = 0    # verdicts given without a query: they label no search
+    without_owner: int = 0    # verdicts with a query but no owner id: neither
+    window_minutes: float | None = None
+
+    def note(self) -> str | None:
+        if self.source != VERDICT_LABELS:
+            return None
+        return (f"labels: {self.verdicts:,} feedback verdicts (helpful = relevant, unhelpful "
+                f"= judged not relevant, the rest unjudged) on {self.occurrences:,} searches "
+                f"(one per user and query within {self.window_minutes:g} minutes, replayed "
+                f"just before its first verdict); {self.without_query:,} verdicts without a "
+                f"query text and {self.without_owner:,} without a user, agent or run id label "
+                "no search. Verdicts exist only for memories the logging "
+                "ranker showed, so these labels favour rankers like it: read the judged "
+                "share beside every figure")
+
+
+def _labelled(cfg: ExperimentConfig, dataset: Dataset) -> tuple[Dataset, Labels,
+                                                                 dict[str, str]]:
+    """The dataset to replay, its label source, and occurrence -> question (verdicts)."""
+    d = cfg.dataset
+    if d.labels != "verdicts":
+        return dataset, Labels(LABEL_SOURCE), {}
+    from datetime import timedelta
+
+    from msprlab.datasets.verdict_labels import relabel
+    try:
+        rel = relabel(dataset, window=timedelta(minutes=d.verdict_window_minutes),
+                      limit=d.verdict_limit)
+    except ValueError as exc:
+        raise ExperimentError(f"dataset.labels = \"verdicts\": {exc}") from None
+    if not rel.questions:
+        raise ExperimentError("dataset.labels = \"verdicts\": the store holds no verdict "
+                              f"with a query ({rel.without_query:,} without one), so no search "
+                              "can be labelled; ingest ContextKit's feedback_events.db")
+    return rel.dataset, Labels(VERDICT_LABELS, len(rel.questions), rel.verdicts,
+                               rel.without_query, rel.without_owner,
+                               d.verdict_window_minutes), rel.questions
+
+
+def _with_questions(table: CandidateTable, questions: dict[str, str]) -> CandidateTable:
+    """Each search's question (the query hash its occurrence belongs to): the per-query
+    unit counts a question once, whatever its occurrences."""
+    if not questions:
+        return table
+    searches = table.searches.with_columns(
+        question=pl.col("query_id").replace_strict(questions, return_dtype=pl.String))
+    return CandidateTable(searches, table.candidates, table.qrels, table.meta)
+
+
 @dataclass
 class Prepared:
     """The replayed tables of an experiment, keyed by table key, and the split labels."""
@@ -131,6 +195,7 @@ class Prepared:
     key_of: dict[str, str]                     # config name -> key hash
     split: pl.Series                           # per search: train / gap / test
     from_cache: dict[str, bool] = field(default_factory=dict)
+    labels: Labels = field(default_factory=lambda: Labels(LABEL_SOURCE))
 
     def table(self, name: str) -> CandidateTable:
         return self.tables[self.key_of[name]]
@@ -144,7 +209,7 @@ def tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, EngineConfi
            progress: Stage = _quiet) -> Prepared:
     """Replay the store once per distinct table key of `configs` (cached beside the store)."""
     from msprlab.datasets.store import load_dataset
-    dataset = load_dataset(store)
+    dataset, labels, questions = _labelled(cfg, load_dataset(store))
     frequency: Any = cfg.replay.frequency
     limit = cfg.replay.limit or None
     keys: dict[str, str] = {}
@@ -163,12 +228,13 @@ def tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, EngineConfi
             dataset, config, store.with_name(store.name + ".cache"), frequency=frequency,
             limit=limit, policy=_policy(cfg),
             progress=lambda done, total, label=label: progress(label, done, total))
+        out[key] = _with_questions(out[key], questions)
     first = next(iter(out.values()))
     for key, table in out.items():
         if table.searches["event_id"].to_list() != first.searches["event_id"].to_list():
             raise AssertionError(f"replay {key}: evaluated searches differ between tables")
     split = split_searches(first.searches, cfg.split.spec())
-    return Prepared(dataset, store, out, keys, split, cached)
+    return Prepared(dataset, store, out, keys, split, cached, labels)
 
 
 def window_table(prepared: Prepared, name: str, window: str) -> CandidateTable:
@@ -183,9 +249,6 @@ def split_tables(prepared: Prepared, window: str) -> dict[str, CandidateTable]:
 
 
 UNITS = ("query", "search")
-# Where the relevance judgments every table is scored against come from: the store's qrels
-# (the replay reads no other labels yet).
-LABEL_SOURCE = "dataset qrels"
 
 
 def _stats_settings(cfg: ExperimentConfig) -> dict[str, Any]:

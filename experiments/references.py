@@ -38,7 +38,7 @@ from msprlab.engine import EngineConfig, new_state
 
 from .funnel import ideal_rankings
 from .metrics import Metric, evaluate, judged_from_frames
-from .replay import CandidateTable, _query_vectors
+from .replay import CandidateTable, _query_vectors, question_of
 
 __all__ = ["BM25_LABEL", "POOL_IDEAL_LABEL", "REFERENCE_RANKERS", "ReferenceRun",
            "bm25_rankings", "dense_label", "pool_ideal_run", "reference_frame",
@@ -191,6 +191,6 @@ def reference_frame(table: CandidateTable, run: ReferenceRun,
         "search", "memory_id").iter_rows()), dtype=np.int64, count=pairs.height)
     returned = np.array([len(ids) for ids in run.rankings], dtype=np.int64)
     values = evaluate(judged, ranks, metrics, n_returned=returned)
-    return s.select("search", "event_id", "query_id", pl.col("intent_label").alias("intent"),
-                    "question_type").with_columns(
+    return s.select("search", "event_id", question_of(s),
+                    pl.col("intent_label").alias("intent"), "question_type").with_columns(
         **{m.name: pl.Series(values[m.name]) for m in metrics})

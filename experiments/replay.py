@@ -100,7 +100,7 @@ from msprlab.engine.search import (
 from .errors import ExperimentError
 
 __all__ = ["FEEDBACK_POLICY", "FREQUENCY_MODES", "CandidateTable", "FrequencyMode",
-           "featurize_config", "replay", "table_key"]
+           "featurize_config", "question_of", "replay", "table_key"]
 
 FrequencyMode = Literal["logged", "closed_loop"]
 FREQUENCY_MODES: tuple[FrequencyMode, ...] = ("logged", "closed_loop")
@@ -148,6 +148,14 @@ def table_key(config: EngineConfig, frequency: FrequencyMode, *,
     elif not mspr.role.hard_filter and not config.corrections.strict_role_isolation:
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=True)))
     return {"frequency": frequency, "config": as_dict(key), "logged_accesses": logged_accesses}
+
+
+def question_of(searches: pl.DataFrame) -> pl.Expr:
+    """The distinct question a search asks, as `query_id`: the per-query unit's cluster.
+    A table labelled by verdicts has one query id per occurrence and the question (the
+    query hash) in `question`; every other table's query id is the question."""
+    return (pl.col("question") if "question" in searches.columns else pl.col("query_id")
+            ).alias("query_id")
 
 
 @dataclass(frozen=True)

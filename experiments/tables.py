@@ -9,8 +9,10 @@ import polars as pl
 from rich import box
 from rich.table import Table
 
+from .metrics import parse_metric
+
 __all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "fmt",
-           "funnel_group_table", "funnel_table", "ladder_table", "reference_table",
+           "funnel_group_table", "funnel_table", "judged_shares", "ladder_table", "reference_table",
            "side_effect_table", "summary_table"]
 
 
@@ -80,6 +82,8 @@ def summary_table(summary: pl.DataFrame, *, metric: str, title: str) -> Table:
 def _group_label(group_by: str, group: str | None) -> str:
     if group_by == "overall":
         return "overall"
+    if group is None:
+        return "(unlabelled)"
     short = {"question_type": "", "intent": ""}[group_by]
     return f"{short}{group}"
 
@@ -107,7 +111,7 @@ def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
         mine = rows.filter(pl.col("arm") == arm)
         for g in groups.iter_rows(named=True):
             hit = mine.filter(pl.col("group_by") == g["group_by"],
-                              pl.col("group") == g["group"])
+                              pl.col("group").eq_missing(g["group"]))  # a null group too
             if hit.height == 0 or hit["delta"].is_nan().all():
                 cells.append("–")
                 continue
@@ -154,21 +158,44 @@ def _delta_cell(r: dict | None) -> tuple[str, str]:
             _p(r["p_t_adj"]) if r.get("tested", True) else "n.t.")
 
 
+def judged_shares(summary: pl.DataFrame, judged: str, unit: str, *, ratio: float
+                  ) -> dict[str, tuple[float, bool]]:
+    """Per arm, overall: its mean judged share (`judged`, e.g. judged@10) and whether it is
+    assessable: at least `ratio` times the best-judged arm's share."""
+    rows = summary.filter(pl.col("metric") == judged, pl.col("group_by") == "overall",
+                          pl.col("unit") == unit)
+    shares = {r["arm"]: r["mean"] for r in rows.iter_rows(named=True)
+              if r["mean"] is not None and not math.isnan(r["mean"])}
+    best = max(shares.values(), default=0.0)
+    return {arm: (share, best > 0 and share >= ratio * best) for arm, share in shares.items()}
+
+
 def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.DataFrame, *,
-                 metric: str, unit: str, title: str) -> Table:
+                 metric: str, unit: str, title: str, judged: str | None = None,
+                 min_judged_ratio: float = 0.5) -> Table:
     """One row per arm, overall: its mean with a CI, its delta against `off` and against
     `on-zero` with CIs and Holm-adjusted t-test p, and its match rate to the logged
-    rankings. `unit` is query (every question once) or search (traffic-weighted)."""
+    rankings. `unit` is query (every question once) or search (traffic-weighted).
+    `judged` (verdict labels): a judged-share column, and arms below `min_judged_ratio` of
+    the best-judged arm's share marked "not assessable"."""
     n_label = "queries" if unit == "query" else "searches"
+    shares = {} if judged is None else judged_shares(summary, judged, unit,
+                                                     ratio=min_judged_ratio)
+    judged_caption = "" if judged is None else (
+        f"; {judged}: judged share of the top {parse_metric(judged).k} (verdicts exist only for "
+        f"memories the logging ranker showed, so the labels favour it); not assessable: a "
+        f"judged share below {min_judged_ratio:g} x the best-judged arm's, too few of its "
+        "results are labelled to score it")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=(
         f"n: {n_label} with a relevant memory; Δ off: against MSPR off (the context graph "
         "alone, the rollout's reference); Δ on-zero: against MSPR on at zero new weights "
         "(what recording verdicts and accesses does by itself is the difference between the "
         "two); p: Holm-adjusted paired t-test (n.t.: not tested); match: share of "
         "evaluated rankings equal to the logged one (the rest see frozen feedback that is "
-        "counterfactual for them)"), caption_justify="left")
-    for column in ("arm", "n", "mean [95% CI]", "Δ off [95% CI]", "p", "Δ on-zero [95% CI]",
-                   "p ", "match"):
+        "counterfactual for them)" + judged_caption), caption_justify="left")
+    columns = ["arm", "n", "mean [95% CI]", "Δ off [95% CI]", "p", "Δ on-zero [95% CI]",
+               "p ", "match"] + ([judged] if judged else [])
+    for column in columns:
         table.add_column(column, justify="left" if column == "arm" else "right", no_wrap=True)
     rows = summary.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
                           pl.col("unit") == unit)
@@ -184,11 +211,14 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
 
     for r in rows.iter_rows(named=True):
         m = rates.get(r["arm"])
-        table.add_row(r["arm"], f"{r['n']:,}",
+        share = shares.get(r["arm"])
+        name = r["arm"] if share is None or share[1] else f"{r['arm']} (not assessable)"
+        table.add_row(name, f"{r['n']:,}",
                       f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
                       *_delta_cell(delta("off", r["arm"])),
                       *_delta_cell(delta("on-zero", r["arm"])),
-                      f"{m['rate']:.1%}" if m and m["logged"] else "–")
+                      f"{m['rate']:.1%}" if m and m["logged"] else "–",
+                      *([] if judged is None else [_pct(None if share is None else share[0])]))
     return table
 
 
