@@ -245,7 +245,8 @@ def test_missing_input_names_its_flag(artifacts, name):
     ({"feedback_db": None}, r"query_success.db: --success-db needs --feedback-db"),
     ({"feedback_db": "graph_jsonl"},
      r"^context_graph.jsonl: cannot read it as SQLite \(file is not a database\); "
-     r"--feedback-db expects ContextKit's feedback_events table$"),
+     r"--feedback-db expects ContextKit's feedback_events table as outhad-contextkitai "
+     r"0.1.4 writes it \(artifacts of another library version are not read\)$"),
     ({"feedback_db": "success_db"},
      r"^query_success.db: no table 'feedback_events' \(found \['query_success', "
      r"'sqlite_sequence'\]\); --feedback-db expects"),

@@ -298,6 +298,18 @@ CONTEXTKIT = [
          ("qdrant: the Qdrant storage is damaged (DatabaseError",)),
     Case("qdrant-meta-not-json", lambda root: (root / "qdrant" / "meta.json").write_text("{"),
          ("qdrant: the Qdrant storage is damaged (JSONDecodeError",)),
+    # 3. verdicts out of time order; a table another library version wrote
+    Case("verdicts-out-of-order", _feedback(
+        "UPDATE feedback_events SET timestamp = '2024-03-02T10:12:30+00:00' WHERE id = 4"),
+         ("feedback_events.db row id=4: field 'timestamp': 2024-03-02T10:12:30 is earlier "
+          "than row id=3's 2024-03-02T10:14:20",)),
+    Case("feedback-table-of-another-version", _feedback(
+        "ALTER TABLE feedback_events RENAME COLUMN query_hash TO qhash"),
+         ("feedback_events.db: table 'feedback_events' has no column ['query_hash']",
+          "as outhad-contextkitai 0.1.4 writes it")),
+    Case("verdict-memory-in-neither-collection-nor-graph", _feedback(
+        "UPDATE feedback_events SET memory_id = 'gone' WHERE id = 2"),
+         ("feedback_events.db row id=2: field 'memory_id': unknown memory_id 'gone'",)),
     # 5. ids
     Case("verdict-user-id-empty", _feedback("UPDATE feedback_events SET user_id = '' "
                                             "WHERE id = 2"),

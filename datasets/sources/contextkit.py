@@ -242,7 +242,8 @@ class _Verdict:
 
 
 def _sqlite_rows(path: Path, table: str, columns: tuple[str, ...], flag: str) -> list[Any]:
-    what = f"{flag} expects ContextKit's {table} table"
+    what = (f"{flag} expects ContextKit's {table} table as outhad-contextkitai 0.1.4 "
+            "writes it (artifacts of another library version are not read)")
     # Read-only either way. Without a WAL beside it the file is the whole database, and
     # `immutable` reads it without creating -wal/-shm files in the user's folder.
     mode = "mode=ro" if _wal(path).exists() else "immutable=1"
@@ -280,6 +281,13 @@ def _read_feedback(path: Path) -> list[_Verdict]:
             run_id=_string(run, where, "run_id"), query=query, query_hash=expected,
             helpful=_helpful(helpful, where), ts=_time(ts, where, "timestamp"),
             file=path.name))
+        if len(verdicts) > 1 and verdicts[-1].ts < verdicts[-2].ts:
+            before = verdicts[-2]
+            _fail(where, "timestamp", f"{verdicts[-1].ts.isoformat()} is earlier than "
+                  f"{before.row}'s {before.ts.isoformat()}: the library appends verdicts as "
+                  "they happen, so out-of-order rows mean merged files or a clock that went "
+                  "back, and a replay would give verdicts before the searches they follow; "
+                  "fix or drop those rows")
     return verdicts
 
 
