@@ -323,6 +323,39 @@ def embed_texts(dataset: Dataset, embedder: Embedder) -> Dataset:
                                            pl.List(pl.Float32))}, schema=QUERY_EMBEDDINGS))
 
 
+def embed_queries(dataset: Dataset, embedder: Embedder) -> Dataset:
+    """`dataset` with its queries embedded by `embedder` into the stored memory vectors'
+    space (`msprlab ingest contextkit --query-embedder NAME`): the artifacts keep the
+    memories' vectors but not the queries', so the embedder must be the one production
+    ran. A fitted embedder (TF-IDF) cannot be: it would fit a space of its own. The
+    vectors take the memories' embedder name; their dimension must match."""
+    from .validate import IngestError
+    if embedder.name == "tfidf-svd":
+        raise IngestError("--query-embedder", "tfidf-svd fits its own space on the texts, so "
+                                              "its query vectors could not match the stored "
+                                              "memory vectors; name the embedder production "
+                                              "used (wordllama)")
+    if not dataset.embeddings.height:
+        raise IngestError("--query-embedder", "the artifacts hold no memory vectors to embed "
+                                              "the queries beside; give --qdrant-path")
+    stored = dataset.embeddings["vector"].list.len().unique().to_list()
+    questions = np.ascontiguousarray(
+        embedder.embed(dataset.queries["text"].fill_null("").to_list()), dtype=np.float32)
+    if stored != [questions.shape[1]]:
+        raise IngestError("--query-embedder", f"{embedder.name} gives {questions.shape[1]}-dim "
+                                              f"vectors, the stored memory vectors have "
+                                              f"{stored}: not the embedder that made them")
+    name = dataset.embeddings["embedder"][0]
+    digest = hashlib.sha256(f"{dataset.digest}|queries:{recipe(embedder)}".encode())
+    return replace(
+        dataset, digest=digest.hexdigest(), version=f"{dataset.version}+queries:{embedder.name}",
+        embedded_with=f"queries: {recipe(embedder)} ({_package_version(embedder)}), stored as "
+                      f"{name!r} beside the memories' vectors",
+        query_embeddings=pl.DataFrame({"query_id": dataset.queries["query_id"], "embedder": name,
+                                       "vector": pl.Series(questions).cast(
+                                           pl.List(pl.Float32))}, schema=QUERY_EMBEDDINGS))
+
+
 def _package_version(embedder: Embedder) -> str:
     """The installed package behind an embedder, with its version."""
     from importlib.metadata import PackageNotFoundError, version

@@ -97,27 +97,36 @@ def cmd_ingest_generic(args: argparse.Namespace) -> int:
     return run_ingest(read, args.store, replace=args.replace, what=str(folder))
 
 
-def _embedder(name: str) -> Any:
+def _embedder(name: str, flag: str = "--embedder") -> Any:
     """The embedder `--embedder NAME` names, or BadInput saying what to install or pick."""
     from msprlab.datasets.embed import EMBEDDERS, make_embedder
     try:
         return make_embedder(name)
     except ImportError as exc:
-        raise BadInput(f"--embedder {name}: {exc}") from None
+        raise BadInput(f"{flag} {name}: {exc}") from None
     except (ValueError, TypeError):
         usable = ", ".join(n for n in sorted(EMBEDDERS) if n != "sentence-transformers")
-        raise BadInput(f"--embedder {name!r}: not an embedder ingest can build by name; "
+        raise BadInput(f"{flag} {name!r}: not an embedder ingest can build by name; "
                        f"use one of {usable}") from None
 
 
 def cmd_ingest_contextkit(args: argparse.Namespace) -> int:
     from msprlab.datasets.sources.contextkit import load_contextkit
-    return run_ingest(
-        lambda progress: load_contextkit(
+    embedder = None if args.query_embedder is None else _embedder(args.query_embedder,
+                                                                  "--query-embedder")
+
+    def read(progress: ProgressCallback) -> Dataset:
+        dataset = load_contextkit(
             feedback_db=args.feedback_db, success_db=args.success_db,
             graph_jsonl=args.graph_jsonl, qdrant_path=args.qdrant_path,
-            collection=args.collection, progress=progress),
-        args.store, replace=args.replace, what="ContextKit artifacts")
+            collection=args.collection, progress=progress)
+        if embedder is None:
+            return dataset
+        from msprlab.datasets.build import embed_queries
+        progress(f"embedding {dataset.queries.height:,} queries ({embedder.name})", 0, 1)
+        return embed_queries(dataset, embedder)
+
+    return run_ingest(read, args.store, replace=args.replace, what="ContextKit artifacts")
 
 
 def _add_contextkit_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -138,6 +147,11 @@ def _add_contextkit_verb(verbs: argparse._SubParsersAction[argparse.ArgumentPars
                             help="the Qdrant local folder of Memory's vector store")
     contextkit.add_argument("--collection", default="outhad_contextkit", metavar="NAME",
                             help="the collection in that folder (default: %(default)s)")
+    contextkit.add_argument("--query-embedder", default=None, metavar="NAME",
+                            help="embed the verdicts' query texts with NAME (wordllama), the "
+                                 "embedder production ran: the artifacts keep no query "
+                                 "vectors. Without it replay projects queries from their "
+                                 "text into the memories' space (an approximation)")
     add_store_arguments(contextkit)
     contextkit.set_defaults(func=cmd_ingest_contextkit)
 

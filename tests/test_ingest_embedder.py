@@ -66,3 +66,27 @@ def test_a_folder_with_vectors_refuses_a_second_set(tmp_path, capsys) -> None:
     assert main(["ingest", "generic", str(EXAMPLE), "--store", str(store),
                  "--embedder", "tfidf-svd"]) == 2
     assert "already holds vectors" in capsys.readouterr().out and not store.exists()
+
+
+CONTEXTKIT = Path(__file__).parent / "fixtures" / "contextkit"
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("wordllama", "--query-embedder: wordllama gives 256-dim vectors, the stored memory "
+                  "vectors have [4]: not the embedder that made them"),
+    ("tfidf-svd", "--query-embedder: tfidf-svd fits its own space on the texts"),
+    ("nope", "--query-embedder 'nope': not an embedder ingest can build by name"),
+])
+def test_contextkit_query_embedder_must_match_the_stored_vectors(tmp_path, capsys, name,
+                                                                 message) -> None:
+    store = tmp_path / "ck.duckdb"
+    code = main(["ingest", "contextkit", "--feedback-db",
+                 str(CONTEXTKIT / "feedback_events.db"), "--qdrant-path",
+                 str(CONTEXTKIT / "qdrant"), "--graph-jsonl",
+                 str(CONTEXTKIT / "context_graph.jsonl"), "--store", str(store),
+                 "--query-embedder", name])
+    assert code == 2
+    captured = capsys.readouterr()
+    out = " ".join((captured.out + captured.err).split())
+    assert message in out
+    assert not store.exists()
