@@ -109,8 +109,10 @@ def prepare_store(cfg: ExperimentConfig, root: Path, progress: Stage = _quiet) -
     if path.is_file():
         return path
     if cfg.dataset.source == "store":
-        raise FileNotFoundError(f"dataset.store {path} does not exist; ingest it first "
-                                "(msprlab ingest ...)")
+        how = ("msprlab ingest contextkit ... --store " + str(path) if cfg.dataset.labels ==
+               "verdicts" else "msprlab ingest SOURCE ... --store " + str(path))
+        raise FileNotFoundError(f"dataset.store {path} does not exist (paths are from the "
+                                f"working folder); ingest it first: {how}")
     dataset, truth = _build(cfg, progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     ingest(dataset, path, progress=lambda stage, done, total: progress(
