@@ -76,7 +76,8 @@ def test_fixture_bundle_is_complete_and_small():
     assert results.side_effects is not None and set(results.side_effects["block"]) == {
         "feedback", "success", "frequency"}
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 200_000, f"report fixtures hold {size:,} bytes; keep them under 200 KB"
+    # 225 KB since the two funnel summaries (~18 KB) joined; keep the fixtures small.
+    assert size < 225_000, f"report fixtures hold {size:,} bytes; keep them under 225 KB"
 
 
 def test_not_a_bundle_names_the_files_looked_for(tmp_path: Path):
