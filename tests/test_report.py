@@ -179,8 +179,8 @@ def test_html_is_self_contained_with_png_images(fixture_html: str):
     assert not re.search(r"(src|href)=\"(?!data:|#)", html), "a non-inline resource"
     assert "<script" not in html and "<link" not in html and "@import" not in html
     pngs = images(html)
-    # test-window chart, ablation chart, history, importance, parallel coordinates
-    assert len(pngs) == 5
+    # test-window chart, ablation chart, stage funnel, history, importance, parallel coordinates
+    assert len(pngs) == 6
     assert all(p.startswith(PNG_SIGNATURE) for p in pngs)
     assert all(b"Software" not in p and b"matplotlib" not in p for p in pngs)
     for needle in ("1. Test window", "2. Ablation ladder", "3. Weight search",
@@ -252,8 +252,10 @@ def test_an_ablate_bundle_renders_its_ablation(bundle: Path):
         path = bundle / part
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     html = render_html(load_bundle(bundle))
-    assert len(images(html)) == 1  # the ablation chart
+    assert len(images(html)) == 2  # the ablation chart and the ladder's stage funnel
     assert "ndcg@10 change against off, by intent label" in html
+    assert "Stage funnel (ndcg@10, per query, test window)" in html
+    assert "<td>tuned</td>" not in html  # test/funnel.parquet went with test/
 
 
 # ---- the command line ----------------------------------------------------------------------
@@ -371,7 +373,7 @@ def test_report_renders_in_headless_chromium(fixture_html: str, tmp_path: Path):
     dom = _chromium(tmp_path, "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr.decode()[-2000:]
     text = dom.stdout.decode()
-    assert text.count("<img ") == 5
+    assert text.count("<img ") == 6
     assert text.count("<table") >= 10
     assert 'id="isolation"' in text and '<th colspan="4">compat</th>' in text
     assert time.perf_counter() - started < 60
