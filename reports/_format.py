@@ -15,9 +15,10 @@ from typing import Any
 
 import polars as pl
 
-__all__ = ["ALPHA", "EXPLAIN", "LOW_SUPPORT_MARK", "ComparisonRow", "comparison_rows", "fmt",
-           "fmt_ci", "fmt_delta", "fmt_p", "group_label", "methods", "primary_metric",
-           "side_effect_rows", "significance"]
+__all__ = ["ALPHA", "EXPLAIN", "FUNNEL_HEADER", "LOW_SUPPORT_MARK", "ComparisonRow",
+           "comparison_rows", "fmt", "fmt_ci", "fmt_delta", "fmt_p", "fmt_pct", "funnel_explain",
+           "funnel_rows", "group_label", "methods", "primary_metric", "side_effect_rows",
+           "significance"]
 
 ALPHA = 0.05
 LOW_SUPPORT_MARK = "†"
@@ -49,6 +50,11 @@ def fmt_ci(low: Any, high: Any, *, signed: bool = False) -> str:
         return "–"
     one = fmt_delta if signed else fmt
     return f"[{one(low)}, {one(high)}]"
+
+
+def fmt_pct(value: Any) -> str:
+    """A share as a percentage at one decimal; "–" for missing or NaN."""
+    return "–" if _missing(value) else f"{value:.1%}"
 
 
 def fmt_p(value: Any, bound: Any = False) -> str:
@@ -139,6 +145,31 @@ def side_effect_rows(effects: pl.DataFrame, metric: str) -> list[dict[str, str]]
              "changed": f"{r['top10_changed'] / max(1, r['searches']):.1%}"}
             for r in effects.filter(pl.col("metric") == metric,
                                     pl.col("group_by") == "overall").iter_rows(named=True)]
+
+
+FUNNEL_HEADER = ("arm", "n", "seed recall", "pool recall", "ceiling", "achieved", "share",
+                 "lost")
+
+
+def funnel_rows(funnel: pl.DataFrame) -> list[list[str]]:
+    """The overall rows of `Results.funnel`, one per arm, as `FUNNEL_HEADER` cells: the
+    recalls, share and lost as percentages, ceiling and achieved (metric values) at 4
+    decimals."""
+    return [[r["arm"], fmt(r["n"]), fmt_pct(r["seed_recall"]), fmt_pct(r["pool_recall"]),
+             fmt(r["ceiling"]), fmt(r["achieved"]), fmt_pct(r["share"]), fmt_pct(r["lost"])]
+            for r in funnel.filter(pl.col("group_by") == "overall").iter_rows(named=True)]
+
+
+def funnel_explain(metric: str) -> str:
+    """What each funnel column means, in one sentence."""
+    return ("Seed recall: the relevant memories among the dense seeds / all relevant "
+            "memories of the query; pool recall: among the seeds and their graph expansion "
+            f"(the candidates the rerank orders); ceiling: {metric} of that pool in ideal "
+            f"order, the best any weights could do; achieved: the arm's {metric}; share: "
+            "achieved / ceiling (ratio of the means); lost: the share of searches whose pool "
+            "holds no relevant memory (lost before the rerank); labels: the dataset's qrels; "
+            "the unit is the query (a query's value is the mean over its searches, n counts "
+            "distinct questions with a relevant memory).")
 
 
 def methods(comparison: pl.DataFrame) -> list[str]:

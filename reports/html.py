@@ -20,12 +20,16 @@ from . import plots
 from ._format import (
     ALPHA,
     EXPLAIN,
+    FUNNEL_HEADER,
     LOW_SUPPORT_MARK,
     comparison_rows,
     fmt,
     fmt_ci,
     fmt_delta,
     fmt_p,
+    fmt_pct,
+    funnel_explain,
+    funnel_rows,
     group_label,
     methods,
     primary_metric,
@@ -134,6 +138,55 @@ def _ablation(results: Results, primary: str | None) -> dict[str, Any] | None:
     if results.ablation_arms is not None:
         out["arms"] = _frame_rows(results.ablation_arms)
     return out
+
+
+def _funnel_groups(funnel: pl.DataFrame, group_by: str, reference: str) -> dict[str, Any]:
+    """Groups down: the `reference` arm's seed recall, pool recall and ceiling, then every
+    arm's achieved value (a `plain_table`)."""
+    part = funnel.filter(pl.col("group_by").is_in(["overall", group_by]))
+    arms = part.get_column("arm").unique(maintain_order=True).to_list()
+    achieved = {(r["arm"], r["group_by"], r["group"]): fmt(r["achieved"])
+                for r in part.iter_rows(named=True)}
+    rows = [[group_label(r["group_by"], r["group"]) + (f" {LOW_SUPPORT_MARK}"
+                                                      if r["low_support"] else ""),
+             fmt(r["n"]), fmt_pct(r["seed_recall"]), fmt_pct(r["pool_recall"]),
+             fmt(r["ceiling"]),
+             *(achieved.get((arm, r["group_by"], r["group"]), "–") for arm in arms)]
+            for r in part.filter(pl.col("arm") == reference).iter_rows(named=True)]
+    return {"columns": ["group", "n", "seed recall", "pool recall", "ceiling", *arms],
+            "rows": rows}
+
+
+def _pool_text(row: dict[str, Any]) -> tuple[str, str]:
+    return fmt_pct(row["pool_recall"]), fmt(row["ceiling"])
+
+
+def _own_pools(funnel: pl.DataFrame, reference: str) -> list[str]:
+    """The arms whose pool reads differently from the reference's in some group (another
+    replay or role filter): their achieved value is against a ceiling not shown."""
+    shown = {(r["group_by"], r["group"]): _pool_text(r)
+             for r in funnel.filter(pl.col("arm") == reference).iter_rows(named=True)}
+    own: list[str] = []
+    for r in funnel.filter(pl.col("arm") != reference).iter_rows(named=True):
+        if r["arm"] not in own and shown.get((r["group_by"], r["group"])) != _pool_text(r):
+            own.append(r["arm"])
+    return own
+
+
+def _funnel(results: Results, primary: str | None) -> dict[str, Any] | None:
+    """The stage funnel: the chart, the overall table and the by-group tables."""
+    funnel = results.funnel
+    if funnel is None or not funnel.height:
+        return None
+    metric = primary or "the primary metric"
+    arms = funnel.get_column("arm").unique(maintain_order=True).to_list()
+    reference = "off" if "off" in arms else arms[0]
+    return {"chart": _data_uri(plots.funnel_chart(funnel, metric)), "metric": metric,
+            "overall": {"columns": list(FUNNEL_HEADER), "rows": funnel_rows(funnel)},
+            "explain": funnel_explain(metric), "reference": reference,
+            "own": _own_pools(funnel, reference),
+            "groups": [{"title": title, **_funnel_groups(funnel, group_by, reference)}
+                       for group_by, title in _GROUPINGS]}
 
 
 def _side_effects(results: Results, primary: str | None) -> list[dict[str, str]]:
@@ -268,7 +321,8 @@ def render_html(results: Results) -> str:
         low_mark=LOW_SUPPORT_MARK, min_support=min_support, explain=EXPLAIN,
         missing=results.missing,
         glance=_glance(results, primary, view), test=_test(results, primary),
-        ablation=_ablation(results, primary), study=_study(results, view),
+        ablation=_ablation(results, primary), funnel=_funnel(results, primary),
+        study=_study(results, view),
         weights=_weights(results, view), audit=_audit(results),
         provenance=provenance_items(results.provenance),
         config=config_text(results.provenance))

@@ -5,6 +5,11 @@ older bundles no isolation audit. `load_bundle` reads what is there, records the
 files that are absent in `Results.missing`, and refuses only a folder holding none of the
 bundle's result files. A part that is present must have its columns: a frame written by
 other code is an error naming the file and the columns it lacks, not a half-rendered table.
+
+The stage funnel (`experiments.funnel`) is read from both of its files into one wide frame,
+`Results.funnel`: the ladder arms of `ablation/funnel.parquet`, then the arms of
+`test/funnel.parquet` the ladder lacks (`tuned`, and `off` and `on-zero` in a `tune` run),
+`tuned` last. Both files are on the test window, so an arm in both has the same funnel.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from typing import Any
 
 import polars as pl
 
-__all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "PARTS", "SUMMARY_COLUMNS", "BundleError",
-           "Results", "load_bundle"]
+__all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "FUNNEL_METRICS", "FUNNEL_SUMMARY_COLUMNS",
+           "PARTS", "SUMMARY_COLUMNS", "BundleError", "Results", "load_bundle"]
 
 COMPARISON_COLUMNS = ("arm", "group_by", "group", "metric", "n", "n_no_relevant", "mean_base",
                       "mean_arm", "delta", "ci_low", "ci_high", "p_t", "p_perm", "p_t_adj",
@@ -27,12 +32,17 @@ SUMMARY_COLUMNS = ("arm", "group_by", "group", "metric", "n", "n_no_relevant", "
                    "ci_high", "confidence", "low_support", "ci_method")
 AUDIT_COLUMNS = ("arm", "mode", "searches", "returned", "leaked", "leaked_searches")
 TRIAL_COLUMNS = ("number", "state")
+FUNNEL_SUMMARY_COLUMNS = ("arm", "unit", "group_by", "group", "metric", "n", "mean",
+                          "low_support")
+# The funnel's stages (`experiments.funnel.FUNNEL_COLUMNS`) and the share of the ceiling.
+FUNNEL_METRICS = ("seed_recall", "pool_recall", "ceiling", "achieved", "lost", "share")
 
 # The files a full bundle holds (per-query frames and TREC runs are globbed apart).
 PARTS = ("provenance.json", "ablation/summary.parquet", "ablation/comparison.parquet",
-         "ablation/arms.parquet", "ablation/notes.json", "study/trials.parquet",
-         "study/summary.json", "test/comparison.parquet", "test/arms.parquet",
-         "best_weights.contextkit.json", "isolation/audit.parquet")
+         "ablation/arms.parquet", "ablation/notes.json", "ablation/funnel.parquet",
+         "study/trials.parquet", "study/summary.json", "test/comparison.parquet",
+         "test/arms.parquet", "test/funnel.parquet", "best_weights.contextkit.json",
+         "isolation/audit.parquet")
 _RESULTS = PARTS[1:]  # at least one of these makes a folder a bundle
 
 
@@ -87,6 +97,9 @@ class Results:
     snippet: dict[str, Any] | None = None
     side_effects: pl.DataFrame | None = None
     audit: pl.DataFrame | None = None
+    # Per query, one row per arm and group: arm, group_by, group, n, low_support and a
+    # column per `FUNNEL_METRICS` (the mean; NaN where the file has none).
+    funnel: pl.DataFrame | None = None
     missing: tuple[str, ...] = ()
 
 
@@ -128,6 +141,33 @@ def _notes(value: Any, path: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _funnel_wide(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """A funnel file's per-query rows, one per arm and group (see `Results.funnel`)."""
+    keys = ["arm", "group_by", "group"]
+    rows = frame.filter(pl.col("unit") == "query")
+    try:
+        means = rows.pivot(on="metric", index=keys, values="mean", maintain_order=True)
+    except pl.exceptions.PolarsError as exc:  # a repeated (arm, group, metric) cell
+        raise BundleError(f"{path}: not one row per arm, group and metric ({exc})") from exc
+    support = rows.group_by(keys, maintain_order=True).agg(pl.col("n").max(),
+                                                           pl.col("low_support").any())
+    wide = support.join(means, on=keys, how="left", nulls_equal=True, maintain_order="left")
+    return wide.with_columns(pl.col(m).cast(pl.Float64) if m in wide.columns
+                             else pl.lit(float("nan")).alias(m) for m in FUNNEL_METRICS
+                             ).select(*keys, "n", "low_support", *FUNNEL_METRICS)
+
+
+def _funnel(ladder: pl.DataFrame | None, test: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The ladder's funnel, then the test window's arms it lacks, `tuned` last."""
+    if test is not None and ladder is not None:
+        test = test.filter(~pl.col("arm").is_in(ladder.get_column("arm").implode()))
+    frames = [f for f in (ladder, test) if f is not None]
+    if not frames:
+        return None
+    return pl.concat(frames, how="vertical_relaxed").sort(pl.col("arm") == "tuned",
+                                                          maintain_order=True)
+
+
 def load_bundle(folder: Path | str) -> Results:
     """The bundle in `folder`; raises `BundleError` (naming what is missing) when the folder
     holds none of a bundle's result files.
@@ -162,6 +202,9 @@ def load_bundle(folder: Path | str) -> Results:
             raise BundleError(f"{folder / part}: expected a JSON object, got "
                               f"{type(value).__name__}")
     notes = document("ablation/notes.json")
+    funnels = {part: None if (f := frame(part, FUNNEL_SUMMARY_COLUMNS)) is None
+               else _funnel_wide(f, folder / part)
+               for part in ("ablation/funnel.parquet", "test/funnel.parquet")}
     return Results(
         folder=folder, provenance=provenance,
         ablation_summary=per_query(frame("ablation/summary.parquet", SUMMARY_COLUMNS)),
@@ -177,4 +220,5 @@ def load_bundle(folder: Path | str) -> Results:
         test_per_query=_per_search(folder / "test"),
         test_runs=_line_counts(folder / "test" / "runs"),
         snippet=snippet, audit=frame("isolation/audit.parquet", AUDIT_COLUMNS),
+        funnel=_funnel(*funnels.values()),
         missing=tuple(p for p in PARTS if p not in present))

@@ -1,10 +1,10 @@
 """The markdown summary: headline tables and provenance, for a PR comment or a notebook.
 
 It holds the test-window comparison of the tuned weights against off (MSPR disabled) per intent
-label and per dataset question type, the ablation deltas overall, the recommended weights
-and the provenance, all for the experiment's primary metric unless stated. It is a pure
-function of the bundle (no clock, no absolute paths but those recorded in the bundle), so
-the same bundle always gives the same text.
+label and per dataset question type, the ablation deltas overall, the stage funnel overall,
+the recommended weights and the provenance, all for the experiment's primary metric unless
+stated. It is a pure function of the bundle (no clock, no absolute paths but those recorded
+in the bundle), so the same bundle always gives the same text.
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ import polars as pl
 from ._format import (
     ALPHA,
     EXPLAIN,
+    FUNNEL_HEADER,
     LOW_SUPPORT_MARK,
     comparison_rows,
     fmt,
     fmt_ci,
     fmt_delta,
+    funnel_explain,
+    funnel_rows,
     methods,
     primary_metric,
     side_effect_rows,
@@ -106,6 +109,18 @@ def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
     out += _table(["arm", *metrics], rows, right=[False, *([True] * len(metrics))])
     out += ["", *(f"- {line}" for line in methods(comparison))]
     return [*out, *(f"- note: {n}" for n in results.ablation_notes), ""]
+
+
+def _funnel_section(results: Results, metric: str | None) -> list[str]:
+    out = ["## Stage funnel (per query, test window)", ""]
+    if results.funnel is None:
+        return [*out, "Not in this bundle: ablation/funnel.parquet and test/funnel.parquet "
+                "are absent (bundles written before the stage funnel have none).", ""]
+    metric = metric or "the primary metric"
+    out += [f"Where {metric} is lost between the dense seeds and the returned list, per arm.",
+            ""]
+    out += _table(FUNNEL_HEADER, funnel_rows(results.funnel))
+    return [*out, "", funnel_explain(metric), ""]
 
 
 def _side_effects_section(results: Results, metric: str) -> list[str]:
@@ -196,6 +211,7 @@ def render_markdown(results: Results) -> str:
     if metric is not None:
         out += _test_section(results, metric, min_support)
     out += _ablation_section(results, metrics)
+    out += _funnel_section(results, metric)
     if metric is not None:
         out += _side_effects_section(results, metric)
     out += _weights_section(results)

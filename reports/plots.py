@@ -20,14 +20,15 @@ import matplotlib.style
 import numpy as np
 import polars as pl
 from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-__all__ = ["DPI", "STYLE", "ablation_chart", "history_chart", "importance_chart",
-           "parallel_chart"]
+__all__ = ["DPI", "STYLE", "ablation_chart", "funnel_chart", "history_chart",
+           "importance_chart", "parallel_chart"]
 
 DPI = 100
 STYLE: dict[str, object] = {
@@ -129,6 +130,74 @@ def ablation_chart(comparison: pl.DataFrame, metric: str, alpha: float = 0.05) -
                 unique.setdefault(label, handle)
         figure.legend(list(unique.values()), list(unique.keys()), loc="outside upper center",
                       ncols=min(len(unique), 6), frameon=False)
+        return _png(figure)
+
+
+# The funnel's bars, top to bottom: (column, label, colour, ink of a label inside the bar);
+# darker = later stage.
+_STAGES = (("seed_recall", "seed recall", "#9ecae1", "#1d2125"),
+           ("pool_recall", "pool recall", "#6baed6", "#1d2125"),
+           ("ceiling", "ceiling", "#3182bd", "white"),
+           ("achieved", "achieved", "#08519c", "white"))
+_FUNNEL_COLUMNS = 4  # panels per row
+
+
+def _stage_text(column: str, value: float) -> str:
+    """A bar's label: recalls as percentages, the metric's values at 3 decimals."""
+    return f"{value:.1%}" if column.endswith("recall") else f"{value:.3f}"
+
+
+def _funnel_panel(ax: Axes, row: dict[str, object]) -> None:
+    """One arm's funnel: centred bars of `_STAGES` over a faint full-width bar (the scale:
+    1), each labelled inside (or beside, when too narrow to hold its label)."""
+    ax.barh(range(len(_STAGES)), 1.0, left=-0.5, height=0.8, color="#f0f2f5")
+    for y, (column, _, colour, ink) in enumerate(_STAGES):
+        value = row[column]
+        if not isinstance(value, float) or not math.isfinite(value):
+            ax.text(0.0, y, "–", ha="center", va="center", fontsize=8)
+            continue
+        ax.barh(y, value, left=-value / 2, height=0.8, color=colour)
+        text = _stage_text(column, value)
+        if value >= 0.3:
+            ax.text(0.0, y, text, ha="center", va="center", fontsize=8, color=ink)
+        else:
+            ax.text(value / 2 + 0.02, y, text, ha="left", va="center", fontsize=8)
+    share = row["share"]
+    shown = f"{share:.1%}" if isinstance(share, float) and math.isfinite(share) else "–"
+    ax.set_title(f"{row['arm']}: {shown} of ceiling", loc="center", fontsize=9)
+    ax.set_xlim(-0.5, 0.5)
+    ax.set_ylim(len(_STAGES) - 0.5, -0.5)
+    ax.set_xticks([])
+    ax.grid(False)
+    for side in ("left", "bottom"):
+        ax.spines[side].set_visible(False)
+
+
+def funnel_chart(funnel: pl.DataFrame, metric: str) -> bytes:
+    """The stage funnel, per query, overall: one small panel per arm (in the frame's order)
+    with centred bars, top to bottom, of seed recall, pool recall, the pool's ceiling and
+    the achieved value of `metric`, each labelled; the title gives the share of the ceiling
+    reached. `funnel`: `Results.funnel` rows (a column per stage and `share`)."""
+    rows = funnel.filter(pl.col("group_by") == "overall").rows(named=True)
+    if not rows:
+        raise ValueError("funnel_chart: no overall funnel rows")
+    columns = min(_FUNNEL_COLUMNS, len(rows))
+    lines = math.ceil(len(rows) / columns)
+    with _styled():
+        figure = _figure(2.25 * columns + 0.9, 1.45 * lines + 0.5)
+        axes = figure.subplots(lines, columns, squeeze=False)
+        for k, ax in enumerate(axes.flat):
+            if k >= len(rows):
+                ax.set_axis_off()
+                continue
+            _funnel_panel(ax, rows[k])
+            first = k % columns == 0  # stage names on the first panel of each row only
+            ax.set_yticks(range(len(_STAGES)), [stage[1] for stage in _STAGES]
+                          if first else [""] * len(_STAGES))
+            ax.tick_params(axis="y", length=0)
+        figure.suptitle(f"stage funnel, per query: recall of the relevant memories among the "
+                        f"dense seeds and the pool;\n{metric} of the pool in ideal order "
+                        "(ceiling) and of the arm (achieved)", fontsize=9, x=0.01, ha="left")
         return _png(figure)
 
 

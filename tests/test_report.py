@@ -76,7 +76,8 @@ def test_fixture_bundle_is_complete_and_small():
     assert results.side_effects is not None and set(results.side_effects["block"]) == {
         "feedback", "success", "frequency"}
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    assert size < 200_000, f"report fixtures hold {size:,} bytes; keep them under 200 KB"
+    # 225 KB since the two funnel summaries (~18 KB) joined; keep the fixtures small.
+    assert size < 225_000, f"report fixtures hold {size:,} bytes; keep them under 225 KB"
 
 
 def test_not_a_bundle_names_the_files_looked_for(tmp_path: Path):
@@ -93,6 +94,28 @@ def test_a_part_without_its_columns_is_an_error_naming_file_and_columns(bundle: 
     with pytest.raises(BundleError, match=r"test/comparison\.parquet: missing column\(s\) "
                                           r"\['p_t_adj', 'correction'\]"):
         load_bundle(bundle)
+
+
+def test_a_funnel_file_without_its_columns_is_an_error_naming_it(bundle: Path):
+    path = bundle / "test" / "funnel.parquet"
+    pl.read_parquet(path).drop("mean").write_parquet(path)
+    with pytest.raises(BundleError, match=r"test/funnel\.parquet: missing column\(s\) "
+                                          r"\['mean'\]"):
+        load_bundle(bundle)
+
+
+def test_the_funnel_is_the_ladder_then_tuned_per_query():
+    funnel = load_bundle(BUNDLE).funnel
+    assert funnel is not None
+    assert funnel.get_column("arm").unique(maintain_order=True).to_list() == [
+        "off", "on-zero", "personal", "frequency", "all", "tuned"]
+    stored = pl.read_parquet(BUNDLE / "test" / "funnel.parquet").filter(
+        pl.col("arm") == "tuned", pl.col("unit") == "query", pl.col("group_by") == "overall")
+    tuned = funnel.filter(pl.col("arm") == "tuned", pl.col("group_by") == "overall").row(
+        0, named=True)
+    for r in stored.iter_rows(named=True):  # every stage and the share, per query
+        assert tuned[r["metric"]] == r["mean"], r["metric"]
+    assert tuned["n"] == 40 and funnel.height == 6 * 8  # 6 arms, overall + 7 groups
 
 
 def test_malformed_json_is_an_error_naming_the_file(bundle: Path):
@@ -166,6 +189,8 @@ def test_markdown_holds_headline_tables_and_provenance():
                    "Holm over 18 tested rows",          # the method, from the frame
                    "## Side effects at zero weight (ndcg@10)",
                    "| feedback | per query | 40 |",
+                   "## Stage funnel (per query, test window)",
+                   "| arm | n | seed recall | pool recall | ceiling | achieved | share | lost |",
                    "**data digest**: d1ge57", "**git commit**: 0123456789abcdef",
                    "run 5f1e5f1e5f1e5f1e5f1e5f1e5f1e5f1e"):
         assert needle in text, needle
@@ -178,8 +203,8 @@ def test_html_is_self_contained_with_png_images(fixture_html: str):
     assert not re.search(r"(src|href)=\"(?!data:|#)", html), "a non-inline resource"
     assert "<script" not in html and "<link" not in html and "@import" not in html
     pngs = images(html)
-    # test-window chart, ablation chart, history, importance, parallel coordinates
-    assert len(pngs) == 5
+    # test-window chart, ablation chart, stage funnel, history, importance, parallel coordinates
+    assert len(pngs) == 6
     assert all(p.startswith(PNG_SIGNATURE) for p in pngs)
     assert all(b"Software" not in p and b"matplotlib" not in p for p in pngs)
     for needle in ("1. Test window", "2. Ablation ladder", "3. Weight search",
@@ -191,6 +216,61 @@ def test_html_is_self_contained_with_png_images(fixture_html: str):
                    "1. Test window: tuned weights against off, per query",
                    "Means per arm, overall, per query"):
         assert needle in html, needle
+
+
+def test_html_shows_the_stage_funnel(fixture_html: str):
+    html = fixture_html
+    section = html[html.index('<h3 id="funnel">'):html.index('<section id="study">')]
+    for needle in ("Stage funnel (ndcg@10, per query, test window)",
+                   "<th>arm</th><th class=\"num\">n</th><th class=\"num\">seed recall</th>",
+                   "<td>tuned</td><td class=\"num\">40</td><td class=\"num\">36.4%</td>",
+                   "labels: the dataset&#39;s qrels; the unit is the query",
+                   "Stage funnel by intent label", "Stage funnel by question type",
+                   "<td>EXPLORATORY †</td>", "shared by every arm shown"):
+        assert needle in section, needle
+    assert section.index("<td>all</td>") < section.index("<td>tuned</td>")
+    assert len(images(section)) == 1
+
+
+def test_a_bundle_without_the_funnel_lists_it_as_missing(bundle: Path):
+    for part in ("ablation/funnel.parquet", "test/funnel.parquet"):
+        (bundle / part).unlink()
+    results = load_bundle(bundle)
+    assert results.funnel is None
+    assert results.missing == ("ablation/funnel.parquet", "test/funnel.parquet")
+    html, text = render_html(results), render_markdown(results)
+    assert "<code>ablation/funnel.parquet</code>, <code>test/funnel.parquet</code>" in html
+    assert 'id="funnel"' not in html and len(images(html)) == 5
+    assert "Not in this bundle: `ablation/funnel.parquet`, `test/funnel.parquet`." in text
+
+
+def test_a_tune_bundle_shows_the_test_windows_funnel(bundle: Path):
+    shutil.rmtree(bundle / "ablation")
+    html = render_html(load_bundle(bundle))
+    section = html[html.index('<section id="ablation">'):html.index('<section id="study">')]
+    assert "Not in this bundle: ablation/." in section
+    rows = re.findall(r"<tr><td>([a-z-]+)</td>", section[:section.index("<h4>")])
+    assert rows == ["off", "on-zero", "tuned"]
+
+
+def test_the_funnel_names_the_arms_whose_pool_differs(bundle: Path):
+    path = bundle / "test" / "funnel.parquet"
+    frame = pl.read_parquet(path)
+    frame.with_columns(mean=pl.when(pl.col("arm") == "tuned", pl.col("metric") == "ceiling")
+                       .then(pl.col("mean") + 0.1).otherwise(pl.col("mean"))
+                       ).write_parquet(path)
+    html = render_html(load_bundle(bundle))
+    assert "the pools of tuned differ" in html
+
+
+def test_funnel_chart_is_deterministic_and_needs_overall_rows():
+    funnel = load_bundle(BUNDLE).funnel
+    assert funnel is not None
+    one = plots.funnel_chart(funnel, "ndcg@10")
+    assert one.startswith(PNG_SIGNATURE) and one == plots.funnel_chart(funnel.clone(), "ndcg@10")
+    assert one != plots.funnel_chart(funnel.filter(pl.col("arm") != "tuned"), "ndcg@10")
+    with pytest.raises(ValueError, match="no overall funnel rows"):
+        plots.funnel_chart(funnel.filter(pl.col("group_by") != "overall"), "ndcg@10")
 
 
 def test_html_rendering_is_byte_identical(fixture_html: str):
@@ -234,6 +314,9 @@ def test_png_bytes_are_identical_for_identical_input():
      "Not in this bundle: provenance.json is absent."),
     (["study/summary.json"], "Parameter importance: not in this bundle",
      "Not in this bundle: `study/summary.json`."),
+    (["ablation/funnel.parquet", "test/funnel.parquet"],
+     "Not in this bundle: ablation/funnel.parquet, test/funnel.parquet.",
+     "Not in this bundle: ablation/funnel.parquet and test/funnel.parquet are absent"),
 ])
 def test_missing_parts_render_with_a_note(bundle: Path, remove, html_note, md_note):
     for part in remove:
@@ -251,8 +334,10 @@ def test_an_ablate_bundle_renders_its_ablation(bundle: Path):
         path = bundle / part
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     html = render_html(load_bundle(bundle))
-    assert len(images(html)) == 1  # the ablation chart
+    assert len(images(html)) == 2  # the ablation chart and the ladder's stage funnel
     assert "ndcg@10 change against off, by intent label" in html
+    assert "Stage funnel (ndcg@10, per query, test window)" in html
+    assert "<td>tuned</td>" not in html  # test/funnel.parquet went with test/
 
 
 # ---- the command line ----------------------------------------------------------------------
@@ -370,7 +455,7 @@ def test_report_renders_in_headless_chromium(fixture_html: str, tmp_path: Path):
     dom = _chromium(tmp_path, "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr.decode()[-2000:]
     text = dom.stdout.decode()
-    assert text.count("<img ") == 5
+    assert text.count("<img ") == 6
     assert text.count("<table") >= 10
     assert 'id="isolation"' in text and '<th colspan="4">compat</th>' in text
     assert time.perf_counter() - started < 60
