@@ -29,8 +29,8 @@ from scipy import stats
 from msprlab.datasets.trec import read_qrels
 
 from . import pipeline as P
-from .experiment_config import ExperimentConfig, load_experiment
 from .exits import EXIT_BAD_INPUT, EXIT_OK, print_error
+from .experiment_config import ExperimentConfig, load_experiment
 from .replay import CandidateTable
 from .tables import fmt
 
@@ -81,7 +81,6 @@ def agreement(truth: pl.DataFrame, verdicts: pl.DataFrame, *, metric: str,
 
 
 def _run(cfg: ExperimentConfig, root: Path, truth_path: Path, console: Console) -> int:
-    from .commands import _funnel  # noqa: F401  (imported for its side-effect free helpers)
     truth = read_qrels(truth_path)
     store = P.prepare_store(cfg, root)
     arms = P.experiment_arms(cfg, ablation=True)
