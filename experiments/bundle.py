@@ -112,6 +112,13 @@ def provenance(ctx: Context, prepared: Prepared, command: str,
         "config_hash": ctx.cfg.digest(), "config": ctx.cfg.raw,
         "dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest,
                     "store": str(prepared.store), "counts": ds.counts()},
+        "labels": {"source": prepared.labels.source, "note": prepared.labels.note(),
+                   **({} if prepared.labels.note() is None else {
+                       "searches": prepared.labels.occurrences,
+                       "verdicts": prepared.labels.verdicts,
+                       "without_query": prepared.labels.without_query,
+                       "without_owner": prepared.labels.without_owner,
+                       "window_minutes": prepared.labels.window_minutes})},
         "git_commit": git_commit(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "mlflow": None if ctx.tracker is None or run_id is None else {

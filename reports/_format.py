@@ -15,10 +15,10 @@ from typing import Any
 
 import polars as pl
 
-__all__ = ["ALPHA", "EXPLAIN", "FUNNEL_HEADER", "LOW_SUPPORT_MARK", "ComparisonRow",
-           "comparison_rows", "fmt", "fmt_ci", "fmt_delta", "fmt_p", "fmt_pct", "funnel_explain",
-           "funnel_rows", "group_label", "methods", "primary_metric", "side_effect_rows",
-           "significance"]
+__all__ = ["ALPHA", "FUNNEL_HEADER", "LOW_SUPPORT_MARK", "ComparisonRow", "comparison_rows",
+           "explain", "fmt", "fmt_ci", "fmt_delta", "fmt_p", "fmt_pct", "funnel_explain",
+           "funnel_rows", "group_label", "label_note", "label_source", "methods",
+           "primary_metric", "side_effect_rows", "significance"]
 
 ALPHA = 0.05
 LOW_SUPPORT_MARK = "†"
@@ -129,12 +129,25 @@ def comparison_rows(comparison: pl.DataFrame, metric: str,
     return rows
 
 
-# What every delta in the report is against, and why on-zero differs; one sentence.
-EXPLAIN = ("Deltas are against `off` (MSPR disabled: the context graph alone, the ranking the "
-           "rollout decision is about); `on-zero` (MSPR on, new weights at 0) differs from "
-           "it by what recording verdicts and accesses does to relevance by itself, so a "
-           "delta against `on-zero` (in the bundle) leaves that effect out. Labels: the "
-           "dataset's qrels; n counts distinct questions.")
+def label_source(provenance: dict[str, Any] | None) -> str:
+    """Where the bundle's relevance labels come from, as the report writes it (bundles
+    written before the labels were recorded were scored on the dataset's qrels)."""
+    source = ((provenance or {}).get("labels") or {}).get("source", "dataset qrels")
+    return {"dataset qrels": "the dataset's qrels"}.get(source, source)
+
+
+def label_note(provenance: dict[str, Any] | None) -> str | None:
+    """For verdict labels: what the derivation counted and the bias, one paragraph."""
+    return ((provenance or {}).get("labels") or {}).get("note")
+
+
+def explain(labels: str) -> str:
+    """What every delta in the report is against, why on-zero differs, and the labels."""
+    return ("Deltas are against `off` (MSPR disabled: the context graph alone, the ranking "
+            "the rollout decision is about); `on-zero` (MSPR on, new weights at 0) differs "
+            "from it by what recording verdicts and accesses does to relevance by itself, so "
+            "a delta against `on-zero` (in the bundle) leaves that effect out. Labels: "
+            f"{labels}; n counts distinct questions.")
 
 
 def side_effect_rows(effects: pl.DataFrame, metric: str) -> list[dict[str, str]]:
@@ -160,14 +173,14 @@ def funnel_rows(funnel: pl.DataFrame) -> list[list[str]]:
             for r in funnel.filter(pl.col("group_by") == "overall").iter_rows(named=True)]
 
 
-def funnel_explain(metric: str) -> str:
+def funnel_explain(metric: str, labels: str = "the dataset's qrels") -> str:
     """What each funnel column means, in one sentence."""
     return ("Seed recall: the relevant memories among the dense seeds / all relevant "
             "memories of the query; pool recall: among the seeds and their graph expansion "
             f"(the candidates the rerank orders); ceiling: {metric} of that pool in ideal "
             f"order, the best any weights could do; achieved: the arm's {metric}; share: "
             "achieved / ceiling (ratio of the means); lost: the share of searches whose pool "
-            "holds no relevant memory (lost before the rerank); labels: the dataset's qrels; "
+            f"holds no relevant memory (lost before the rerank); labels: {labels}; "
             "the unit is the query (a query's value is the mean over its searches, n counts "
             "distinct questions with a relevant memory).")
 

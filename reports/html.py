@@ -19,10 +19,10 @@ import polars as pl
 from . import plots
 from ._format import (
     ALPHA,
-    EXPLAIN,
     FUNNEL_HEADER,
     LOW_SUPPORT_MARK,
     comparison_rows,
+    explain,
     fmt,
     fmt_ci,
     fmt_delta,
@@ -31,6 +31,8 @@ from ._format import (
     funnel_explain,
     funnel_rows,
     group_label,
+    label_note,
+    label_source,
     methods,
     primary_metric,
     side_effect_rows,
@@ -183,7 +185,8 @@ def _funnel(results: Results, primary: str | None) -> dict[str, Any] | None:
     reference = "off" if "off" in arms else arms[0]
     return {"chart": _data_uri(plots.funnel_chart(funnel, metric)), "metric": metric,
             "overall": {"columns": list(FUNNEL_HEADER), "rows": funnel_rows(funnel)},
-            "explain": funnel_explain(metric), "reference": reference,
+            "explain": funnel_explain(metric, label_source(results.provenance)),
+            "reference": reference,
             "own": _own_pools(funnel, reference),
             "groups": [{"title": title, **_funnel_groups(funnel, group_by, reference)}
                        for group_by, title in _GROUPINGS]}
@@ -318,7 +321,9 @@ def render_html(results: Results) -> str:
     return environment.get_template(TEMPLATE.name).render(
         title=record.get("experiment") or results.folder.name, bundle=results.folder.name,
         command=record.get("command"), primary=primary, alpha=ALPHA,
-        low_mark=LOW_SUPPORT_MARK, min_support=min_support, explain=EXPLAIN,
+        low_mark=LOW_SUPPORT_MARK, min_support=min_support,
+        explain=explain(label_source(results.provenance)),
+        label_note=label_note(results.provenance),
         missing=results.missing,
         glance=_glance(results, primary, view), test=_test(results, primary),
         ablation=_ablation(results, primary), funnel=_funnel(results, primary),

@@ -15,15 +15,17 @@ import polars as pl
 
 from ._format import (
     ALPHA,
-    EXPLAIN,
     FUNNEL_HEADER,
     LOW_SUPPORT_MARK,
     comparison_rows,
+    explain,
     fmt,
     fmt_ci,
     fmt_delta,
     funnel_explain,
     funnel_rows,
+    label_note,
+    label_source,
     methods,
     primary_metric,
     side_effect_rows,
@@ -58,7 +60,8 @@ def _legend(comparison: pl.DataFrame, min_support: object) -> list[str]:
 
 
 def _test_section(results: Results, metric: str, min_support: object) -> list[str]:
-    out = [f"## Test window: tuned weights against off ({metric}, per query)", "", EXPLAIN, ""]
+    out = [f"## Test window: tuned weights against off ({metric}, per query)", "",
+           explain(label_source(results.provenance)), ""]
     comparison = results.test_comparison
     if comparison is None:
         return [*out, "Not in this bundle (no test/comparison.parquet): the weight search "
@@ -79,7 +82,8 @@ def _test_section(results: Results, metric: str, min_support: object) -> list[st
 
 
 def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
-    out = ["## Ablation: change against off, overall (per query)", "", EXPLAIN, ""]
+    out = ["## Ablation: change against off, overall (per query)", "",
+           explain(label_source(results.provenance)), ""]
     comparison = results.ablation_comparison
     if comparison is None:
         reason = ("the bundle has no ablation/ (a `tune` run)" if results.ablation_summary
@@ -120,7 +124,7 @@ def _funnel_section(results: Results, metric: str | None) -> list[str]:
     out += [f"Where {metric} is lost between the dense seeds and the returned list, per arm.",
             ""]
     out += _table(FUNNEL_HEADER, funnel_rows(results.funnel))
-    return [*out, "", funnel_explain(metric), ""]
+    return [*out, "", funnel_explain(metric, label_source(results.provenance)), ""]
 
 
 def _side_effects_section(results: Results, metric: str) -> list[str]:
@@ -205,6 +209,8 @@ def render_markdown(results: Results) -> str:
            f"Bundle `{results.folder.name}`, command `{record.get('command', 'unknown')}`."
            f" Primary metric: {metric or 'none'}. All numbers are measured on the test window "
            "of the time split unless marked train.", ""]
+    if note := label_note(results.provenance):
+        out += [note + ".", ""]
     if results.missing:
         out += ["Not in this bundle: " + ", ".join(f"`{m}`" for m in results.missing) + ".",
                 ""]

@@ -4,6 +4,7 @@ ingested from ContextKit artifacts scored on them end to end."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from msprlab.datasets.simulate import complete_events, order_events
 from msprlab.datasets.verdict_labels import occurrences, relabel
 from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import ExperimentError, load_experiment
+from msprlab.reports.load import load_bundle
+from msprlab.reports.markdown import render_markdown
 
 T0 = datetime(2024, 5, 1, 9, 0)
 MIN = timedelta(minutes=1)
@@ -171,3 +174,9 @@ def test_run_on_contextkit_artifacts_scores_on_verdicts(tmp_path, capsys) -> Non
     per_search = pl.read_parquet(bundle / "ablation" / "per_search" / "off.parquet")
     # the unit is the question (the query hash), not the occurrence
     assert not any("#" in q for q in per_search["query_id"])
+    provenance = json.loads((bundle / "provenance.json").read_text())
+    assert provenance["labels"]["source"] == "feedback verdicts"
+    assert (provenance["labels"]["verdicts"], provenance["labels"]["without_query"]) == (5, 1)
+    summary = " ".join(render_markdown(load_bundle(bundle)).split())
+    assert "Labels: feedback verdicts; n counts distinct questions" in summary
+    assert "labels: 5 feedback verdicts" in summary and "the dataset's qrels" not in summary
