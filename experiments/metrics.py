@@ -135,6 +135,9 @@ class Judged:
     ideal : int64 array, shape (n_searches, G): grades of all judged-relevant memories of
         the search's query (from the qrels, not only the candidates), sorted descending,
         zero-padded.
+    n_nonrelevant : int64 array, shape (n_searches,): judged non-relevant memories of the
+        search's query (from the qrels, candidates or not), bpref's N. Default: the grade-0
+        pairs of each search, right when every judged memory of the query is a pair.
 
     The arrays are copied and made read-only, so that derived quantities (segment starts,
     ideal DCG per cutoff) can be cached on the object; equality is identity.
@@ -143,6 +146,7 @@ class Judged:
     search: np.ndarray
     grade: np.ndarray
     ideal: np.ndarray
+    n_nonrelevant: np.ndarray | None = None
     _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -166,6 +170,22 @@ class Judged:
             raise ValueError("grades must be >= 0 (0 = judged non-relevant)")
         if ideal.shape[1] > 1 and np.any(np.diff(ideal, axis=1) > 0):
             raise ValueError("each row of Judged.ideal must be sorted descending")
+        self._set_n_nonrelevant()
+
+    def _set_n_nonrelevant(self) -> None:
+        paired = np.bincount(self.search[self.grade == 0], minlength=self.n_searches)
+        given = paired if self.n_nonrelevant is None else np.asarray(self.n_nonrelevant)
+        if given.shape != (self.n_searches,) or (
+                given.size and not np.issubdtype(given.dtype, np.integer)):
+            raise ValueError(f"Judged.n_nonrelevant must be an integer array of shape "
+                             f"({self.n_searches},), got shape {given.shape} dtype {given.dtype}")
+        # The grade-0 pairs are judged non-relevant memories of the query: fewer is a mix-up.
+        if np.any(given < paired):
+            raise ValueError("Judged.n_nonrelevant must count at least each search's grade-0 "
+                             "pairs (it counts every judged non-relevant memory of the query)")
+        array = np.array(given, dtype=np.int64)
+        array.flags.writeable = False
+        object.__setattr__(self, "n_nonrelevant", array)
 
     @property
     def n_searches(self) -> int:
@@ -229,7 +249,8 @@ def judged_from_frames(searches: pl.DataFrame, pairs: pl.DataFrame,
         search, sorted by `search`. Row i of the result is row i of `pairs`, so the batch
         scorer's ranks line up with this frame's row order.
     qrels : `query_id`, `memory_id`, `relevance`; rows with relevance > 0 make the ideal
-        rankings. A (query_id, memory_id) may appear once.
+        rankings, the others (relevance <= 0: judged non-relevant) are counted as
+        `n_nonrelevant`. A (query_id, memory_id) may appear once.
 
     Raises ValueError on a missing column, an unsorted or out-of-range `search`, a
     negative grade, or a duplicate pair.
@@ -253,15 +274,21 @@ def judged_from_frames(searches: pl.DataFrame, pairs: pl.DataFrame,
             row = frame.filter(duplicated.to_series()).row(0, named=True)
             raise ValueError(f"{what}: duplicate {', '.join(f'{c}={row[c]!r}' for c in key)}; "
                              "each judged pair must appear once")
-    relevant = (searches.select(pl.col("search").cast(pl.Int64), "query_id")
-                .join(qrels.filter(pl.col("relevance") > 0), on="query_id")
+    by_search = searches.select(pl.col("search").cast(pl.Int64), "query_id")
+    nonrelevant = (by_search.join(qrels.filter(pl.col("relevance") <= 0), on="query_id")
+                   .group_by("search").len())
+    n_nonrelevant = np.zeros(n, dtype=np.int64)
+    n_nonrelevant[nonrelevant.get_column("search").to_numpy()] = (
+        nonrelevant.get_column("len").to_numpy())
+    relevant = (by_search.join(qrels.filter(pl.col("relevance") > 0), on="query_id")
                 .sort(["search", "relevance"], descending=[False, True])
                 .with_columns(position=pl.int_range(pl.len()).over("search")))
     position = relevant.get_column("position").to_numpy()
     ideal = np.zeros((n, int(position.max()) + 1 if position.size else 0), dtype=np.int64)
     ideal[relevant.get_column("search").to_numpy(), position] = (
         relevant.get_column("relevance").to_numpy())
-    return Judged(search=search, grade=pairs.get_column("grade").to_numpy(), ideal=ideal)
+    return Judged(search=search, grade=pairs.get_column("grade").to_numpy(), ideal=ideal,
+                  n_nonrelevant=n_nonrelevant)
 
 
 def _segment_sum(values: np.ndarray, judged: Judged) -> np.ndarray:

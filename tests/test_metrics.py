@@ -232,8 +232,20 @@ def test_judged_from_frames_builds_ideal_from_all_qrels() -> None:
     assert judged.ideal.tolist() == [[0, 0], [3, 2], [3, 2]]
     assert judged.search.tolist() == [0, 1, 1] and judged.grade.tolist() == [0, 2, 0]
     assert judged.n_relevant.tolist() == [0, 2, 2]
+    # bpref's N: qb's m1 for search 0; qa's m2 for searches 1 and 2 (a pair of 1 only).
+    assert judged.n_nonrelevant is not None and judged.n_nonrelevant.tolist() == [1, 1, 1]
     with pytest.raises(ValueError, match="read-only"):
         judged.grade[0] = 1
+
+
+def test_n_nonrelevant_defaults_to_the_grade_0_pairs_and_is_checked() -> None:
+    search, grade, ideal = np.array([0, 0, 1]), np.array([0, 1, 0]), np.array([[1], [0]])
+    default = Judged(search=search, grade=grade, ideal=ideal)
+    assert default.n_nonrelevant is not None and default.n_nonrelevant.tolist() == [1, 1]
+    with pytest.raises(ValueError, match="at least each search's grade-0 pairs"):
+        Judged(search=search, grade=grade, ideal=ideal, n_nonrelevant=np.array([0, 1]))
+    with pytest.raises(ValueError, match=r"shape \(2,\), got shape \(3,\)"):
+        Judged(search=search, grade=grade, ideal=ideal, n_nonrelevant=np.array([1, 1, 1]))
 
 
 @pytest.mark.parametrize(("change", "message"), [
