@@ -2,10 +2,12 @@
 
 The batch scorer gives, per trial, the 0-based rank at which each judged pair appears in
 the returned ranking (-1 when it was not returned) and the length of each returned list.
-That is all a metric needs: unjudged memories count as non-relevant, and the relevant
-memories that are not candidates still count in the ideal ranking (`Judged.ideal`).
+That is all a metric needs: unjudged memories count as non-relevant (but in the measure
+for incomplete judgments below, which skips them), and the relevant memories that are not
+candidates still count in the ideal ranking (`Judged.ideal`).
 `evaluate` scores one trial (`ranks` of shape (N,)) or T trials at once ((T, N)) with a few
-segmented sums over the N pairs; it never builds a dict per query.
+segmented sums over the N pairs; it never builds a dict per query. bpref needs each list's
+judged pairs in rank order: one sort of the returned pairs per block of trials.
 
 Semantics are trec_eval's (EVALUATION.md), checked against pytrec_eval in
 tests/test_metrics.py. A memory is relevant when its grade is > 0.
@@ -24,6 +26,15 @@ tests/test_metrics.py. A memory is relevant when its grade is > 0.
 - hit@k: 1 if any relevant memory is in the top k (`success_k`).
 - judged@k: judged memories in the top k / min(k, number returned), as ir_measures'
   `Judged@k` divides since its PR #48 (NaN when nothing was returned).
+
+For incomplete judgments (most memories never judged), a measure that skips the unjudged
+memories instead of counting them non-relevant:
+
+- bpref: trec_eval's `bpref` (Buckley and Voorhees 2004). R = judged-relevant memories of
+  the query, N = its judged non-relevant ones (grade 0, from the qrels, returned or not:
+  `Judged.n_nonrelevant`); for each relevant memory returned, n = judged non-relevant
+  memories returned above it, and bpref = (1/R) * sum of (1 - min(n, R) / min(R, N)),
+  a term being 1 when n = 0 (so when N = 0). No cutoff.
 
 A query whose qrels hold no relevant memory has no defined value for any metric but
 judged@k: `evaluate` gives NaN there, and aggregation excludes it and counts it apart
@@ -50,7 +61,7 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class _Kind:
-    cutoff: Literal["required", "optional"]
+    cutoff: Literal["required", "optional", "none"]
     aliases: tuple[str, ...]  # other names accepted by parse_metric (in any case)
     description: str
 
@@ -64,6 +75,7 @@ KINDS: dict[str, _Kind] = {
     "map": _Kind("optional", ("AP",), "average precision (trec_eval map, map_cut_K)"),
     "hit": _Kind("required", ("success",), "1 if a relevant memory is in the top K"),
     "judged": _Kind("required", (), "judged share of the top K (ir_measures Judged@K)"),
+    "bpref": _Kind("none", (), "binary preference, unjudged memories skipped (trec_eval bpref)"),
 }
 _SPELLINGS = {name.lower(): kind for kind, info in KINDS.items()
               for name in (kind, *info.aliases)}
@@ -75,7 +87,7 @@ def accepted_forms() -> str:
     """The metric spellings parse_metric accepts, generated from KINDS."""
     forms = []
     for kind, info in KINDS.items():
-        form = f"{kind}@K" if info.cutoff == "required" else f"{kind}[@K]"
+        form = {"required": f"{kind}@K", "optional": f"{kind}[@K]", "none": kind}[info.cutoff]
         if info.aliases:
             form += f" (also {', '.join(info.aliases)})"
         forms.append(form)
@@ -98,9 +110,12 @@ class Metric:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"Metric.kind must be one of {sorted(KINDS)}, got {self.kind!r}")
+        cutoff = KINDS[self.kind].cutoff
         if self.k is None:
-            if KINDS[self.kind].cutoff == "required":
+            if cutoff == "required":
                 raise ValueError(f"{self.kind} needs a cutoff k, e.g. {self.kind}@10")
+        elif cutoff == "none":
+            raise ValueError(f"{self.kind} takes no cutoff (it reads the whole returned list)")
         elif isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"Metric.k must be an integer >= 1 or None, got {self.k!r}")
         object.__setattr__(self, "name", self.kind if self.k is None else f"{self.kind}@{self.k}")
@@ -351,19 +366,7 @@ def evaluate(judged: Judged, ranks: np.ndarray, metrics: Sequence[Metric], *,
                            if n_returned.shape[0] > 1 else n_returned[0])
                   for i in range(0, ranks.shape[0], _TRIALS_PER_BLOCK)]
         return {m.name: np.concatenate([block[m.name] for block in blocks]) for m in metrics}
-    limit = n_returned[:, judged.search]  # (T or 1, N): pairs at or beyond it are not returned
-    # As unsigned, rank -1 is the largest value, so one comparison tests 0 <= rank < limit.
-    unsigned = ranks.view(np.uint64)
-    max_returned = int(n_returned.max(initial=0))
-    masks: dict[int, np.ndarray] = {}
-
-    def top(k: int | None) -> tuple[int, np.ndarray]:
-        """(cut, mask (T, N) of the pairs returned within the top k)."""
-        cut = max_returned if k is None else min(k, max_returned)
-        if cut not in masks:
-            masks[cut] = unsigned < np.minimum(limit, cut).view(np.uint64)
-        return cut, masks[cut]
-
+    top = _Top(judged, ranks, n_returned)
     no_relevant = judged.n_relevant == 0
     out: dict[str, np.ndarray] = {}
     for metric in metrics:
@@ -374,7 +377,61 @@ def evaluate(judged: Judged, ranks: np.ndarray, metrics: Sequence[Metric], *,
     return out
 
 
-_Top = Callable[[int | None], tuple[int, np.ndarray]]
+@dataclass(frozen=True)
+class _Order:
+    """The returned judged pairs of one block of trials, each list in rank order.
+
+    flat : index into the flattened (T, N) ranks; lists (segments) stay in segment order.
+    segment : the list's segment id (t * n_searches + search).
+    rank : condensed rank, 0-based: the judged pairs of the same list returned above it.
+    first : index (into these arrays) of the list's first pair.
+    pair : the row of `Judged` (flat modulo N).
+    """
+
+    flat: np.ndarray
+    segment: np.ndarray
+    rank: np.ndarray
+    first: np.ndarray
+    pair: np.ndarray
+
+
+class _Top:
+    """The returned lists of one block of trials: which pairs are returned within a cutoff
+    (a mask per cutoff, cached), and on demand their rank order."""
+
+    def __init__(self, judged: Judged, ranks: np.ndarray, n_returned: np.ndarray) -> None:
+        self.judged, self.ranks, self.n_returned = judged, ranks, n_returned
+        self._limit = n_returned[:, judged.search]  # (T or 1, N): at or beyond: not returned
+        # As unsigned, rank -1 is the largest value, so one comparison tests 0 <= rank < limit.
+        self._unsigned = ranks.view(np.uint64)
+        self.max_returned = int(n_returned.max(initial=0))
+        self._masks: dict[int, np.ndarray] = {}
+        self._order: _Order | None = None
+
+    def __call__(self, k: int | None) -> tuple[int, np.ndarray]:
+        """(cut, mask (T, N) of the pairs returned within the top k)."""
+        cut = self.max_returned if k is None else min(k, self.max_returned)
+        if cut not in self._masks:
+            self._masks[cut] = self._unsigned < np.minimum(self._limit, cut).view(np.uint64)
+        return cut, self._masks[cut]
+
+    def order(self) -> _Order:
+        """The returned judged pairs, each list sorted by rank (one sort for the block)."""
+        if self._order is None:
+            t, n = self.ranks.shape
+            flat = np.flatnonzero(self(None)[1])
+            segment = self.judged.segment_ids(t)[flat]
+            # Segment ids are non-decreasing in flat order, so sorting segment * (cut + 1) +
+            # rank orders each list by rank and keeps the lists where they were.
+            by_rank = np.argsort(segment * (self.max_returned + 1) + self.ranks.ravel()[flat],
+                                 kind="stable")
+            flat, segment = flat[by_rank], segment[by_rank]
+            count = np.bincount(segment, minlength=t * self.judged.n_searches)
+            first = (np.cumsum(count) - count)[segment]
+            self._order = _Order(flat, segment, np.arange(flat.size) - first, first,
+                                 flat % max(n, 1))
+        return self._order
+
 
 
 def _dcg(gain: str) -> Callable[..., np.ndarray]:
@@ -447,7 +504,28 @@ def _map(metric: Metric, judged: Judged, ranks: np.ndarray, n_returned: np.ndarr
     return _divide(total.reshape(t, s), judged.n_relevant)
 
 
+def _bpref(metric: Metric, judged: Judged, ranks: np.ndarray, n_returned: np.ndarray,
+           top: _Top) -> np.ndarray:
+    assert judged.n_nonrelevant is not None  # set by Judged.__post_init__
+    order = top.order()
+    relevant = judged.grade[order.pair] > 0
+    # Judged non-relevant pairs returned above each pair: a running count within its list.
+    nonrelevant = np.cumsum(~relevant) - ~relevant
+    above = nonrelevant - nonrelevant[order.first]
+    search = judged.search[order.pair]
+    r, n = judged.n_relevant[search], judged.n_nonrelevant[search]
+    # above > 0 implies n >= 1, so the floor of 1 only keeps the divisor of above == 0 (and
+    # of a query without relevant memory, NaN anyway) away from 0; with above == 0 the
+    # preference is 1, as trec_eval's special case for none seen (and for N = 0).
+    wrong = np.minimum(above, r) / np.maximum(np.minimum(n, r), 1)
+    t, s = ranks.shape[0], judged.n_searches
+    total = np.bincount(order.segment[relevant], weights=1.0 - wrong[relevant],
+                        minlength=t * s)
+    return _divide(total.reshape(t, s), judged.n_relevant)
+
+
 _KERNELS: dict[str, Callable[..., np.ndarray]] = {
     "ndcg": _dcg("linear"), "ndcg_exp": _dcg("exp"), "recall": _recall,
     "precision": _precision, "mrr": _mrr, "map": _map, "hit": _hit, "judged": _judged,
+    "bpref": _bpref,
 }
