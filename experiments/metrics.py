@@ -2,12 +2,13 @@
 
 The batch scorer gives, per trial, the 0-based rank at which each judged pair appears in
 the returned ranking (-1 when it was not returned) and the length of each returned list.
-That is all a metric needs: unjudged memories count as non-relevant (but in the measure
-for incomplete judgments below, which skips them), and the relevant memories that are not
+That is all a metric needs: unjudged memories count as non-relevant (but in the measures
+for incomplete judgments below, which skip them), and the relevant memories that are not
 candidates still count in the ideal ranking (`Judged.ideal`).
 `evaluate` scores one trial (`ranks` of shape (N,)) or T trials at once ((T, N)) with a few
-segmented sums over the N pairs; it never builds a dict per query. bpref needs each list's
-judged pairs in rank order: one sort of the returned pairs per block of trials.
+segmented sums over the N pairs; it never builds a dict per query. bpref and the condensed
+lists need each list's judged pairs in rank order: one sort of the returned pairs per block
+of trials, shared by those metrics.
 
 Semantics are trec_eval's (EVALUATION.md), checked against pytrec_eval in
 tests/test_metrics.py. A memory is relevant when its grade is > 0.
@@ -27,7 +28,7 @@ tests/test_metrics.py. A memory is relevant when its grade is > 0.
 - judged@k: judged memories in the top k / min(k, number returned), as ir_measures'
   `Judged@k` divides since its PR #48 (NaN when nothing was returned).
 
-For incomplete judgments (most memories never judged), a measure that skips the unjudged
+For incomplete judgments (most memories never judged), measures that skip the unjudged
 memories instead of counting them non-relevant:
 
 - bpref: trec_eval's `bpref` (Buckley and Voorhees 2004). R = judged-relevant memories of
@@ -35,6 +36,13 @@ memories instead of counting them non-relevant:
   `Judged.n_nonrelevant`); for each relevant memory returned, n = judged non-relevant
   memories returned above it, and bpref = (1/R) * sum of (1 - min(n, R) / min(R, N)),
   a term being 1 when n = 0 (so when N = 0). No cutoff.
+- ndcg_condensed@k (`ndcg'@k`) and precision_condensed@k (`P'@k`): Sakai's nDCG' and P'
+  (SIGIR 2007, "Alternatives to bpref"): ndcg@k and precision@k of the condensed list,
+  the returned list with its unjudged memories removed; a judged memory's condensed rank
+  is the number of judged memories returned above it. The ideal is ndcg@k's (all
+  judged-relevant memories of the query), precision divides by k. They equal trec_eval's
+  ndcg_cut_k and P_k with -J (judged documents only), and ndcg@k / precision@k when every
+  returned memory is judged. `ndcg_condensed` without k uses the whole condensed list.
 
 A query whose qrels hold no relevant memory has no defined value for any metric but
 judged@k: `evaluate` gives NaN there, and aggregation excludes it and counts it apart
@@ -76,11 +84,16 @@ KINDS: dict[str, _Kind] = {
     "hit": _Kind("required", ("success",), "1 if a relevant memory is in the top K"),
     "judged": _Kind("required", (), "judged share of the top K (ir_measures Judged@K)"),
     "bpref": _Kind("none", (), "binary preference, unjudged memories skipped (trec_eval bpref)"),
+    "ndcg_condensed": _Kind("optional", ("ndcg'",),
+                            "NDCG of the condensed list, unjudged memories removed (nDCG')"),
+    "precision_condensed": _Kind("required", ("P'",),
+                                 "precision at K of the condensed list (P'@K)"),
 }
 _SPELLINGS = {name.lower(): kind for kind, info in KINDS.items()
               for name in (kind, *info.aliases)}
-# name@K, trec_eval's name_cut_K / name_cut.K / name_K / name.K, or a bare name.
-_PATTERN = re.compile(r"(?P<name>[a-z_]+?)(?:(?:@|_cut_|_cut\.|_|\.)(?P<k>\d+))?")
+# name@K, trec_eval's name_cut_K / name_cut.K / name_K / name.K, or a bare name; a name may
+# end in ' (Sakai's nDCG', P').
+_PATTERN = re.compile(r"(?P<name>[a-z_]+?'?)(?:(?:@|_cut_|_cut\.|_|\.)(?P<k>\d+))?")
 
 
 def accepted_forms() -> str:
@@ -397,7 +410,7 @@ class _Order:
 
 class _Top:
     """The returned lists of one block of trials: which pairs are returned within a cutoff
-    (a mask per cutoff, cached), and on demand their rank order."""
+    (a mask per cutoff, cached), and on demand their rank order and the condensed lists."""
 
     def __init__(self, judged: Judged, ranks: np.ndarray, n_returned: np.ndarray) -> None:
         self.judged, self.ranks, self.n_returned = judged, ranks, n_returned
@@ -407,6 +420,7 @@ class _Top:
         self.max_returned = int(n_returned.max(initial=0))
         self._masks: dict[int, np.ndarray] = {}
         self._order: _Order | None = None
+        self._condensed: _Top | None = None
 
     def __call__(self, k: int | None) -> tuple[int, np.ndarray]:
         """(cut, mask (T, N) of the pairs returned within the top k)."""
@@ -432,6 +446,17 @@ class _Top:
                                  flat % max(n, 1))
         return self._order
 
+    def condensed(self) -> _Top:
+        """The same lists with the unjudged memories removed (Sakai's condensed lists):
+        each returned pair at its condensed rank, each list as long as its judged pairs."""
+        if self._condensed is None:
+            order = self.order()
+            ranks = np.full(self.ranks.shape, -1, dtype=np.int64)
+            np.put(ranks, order.flat, order.rank)
+            t, s = ranks.shape[0], self.judged.n_searches
+            lengths = np.bincount(order.segment, minlength=t * s).reshape(t, s)
+            self._condensed = _Top(self.judged, ranks, lengths)
+        return self._condensed
 
 
 def _dcg(gain: str) -> Callable[..., np.ndarray]:
@@ -524,8 +549,20 @@ def _bpref(metric: Metric, judged: Judged, ranks: np.ndarray, n_returned: np.nda
     return _divide(total.reshape(t, s), judged.n_relevant)
 
 
+def _condensed(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """`kernel` on the condensed lists: the judged pairs at their condensed ranks, each
+    list as long as its returned judged pairs."""
+    def on_condensed(metric: Metric, judged: Judged, ranks: np.ndarray,
+                     n_returned: np.ndarray, top: _Top) -> np.ndarray:
+        lists = top.condensed()
+        return kernel(metric, judged, lists.ranks, lists.n_returned, lists)
+    return on_condensed
+
+
+_NDCG = _dcg("linear")
 _KERNELS: dict[str, Callable[..., np.ndarray]] = {
-    "ndcg": _dcg("linear"), "ndcg_exp": _dcg("exp"), "recall": _recall,
+    "ndcg": _NDCG, "ndcg_exp": _dcg("exp"), "recall": _recall,
     "precision": _precision, "mrr": _mrr, "map": _map, "hit": _hit, "judged": _judged,
-    "bpref": _bpref,
+    "bpref": _bpref, "ndcg_condensed": _condensed(_NDCG),
+    "precision_condensed": _condensed(_precision),
 }

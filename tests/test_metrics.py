@@ -1,6 +1,7 @@
 """Vectorised metrics: agreement with pytrec_eval (trec_eval) on random and generated
-tie-free runs, bpref included, brute-force oracles for what trec_eval lacks (exponential
-gain, Judged@k), parsing and bad inputs."""
+tie-free runs, bpref included, the condensed-list measures against trec_eval's -J too,
+brute-force oracles for what trec_eval lacks (exponential gain, Judged@k, the condensed
+lists by hand), parsing and bad inputs."""
 
 from __future__ import annotations
 
@@ -26,10 +27,13 @@ from msprlab.experiments.metrics import (
 CUTOFFS = (1, 5, 10, 100)
 # Our metric -> pytrec_eval's measure name for each cutoff (None: no cutoff).
 TREC_NAMES = {"ndcg": "ndcg_cut_{k}", "recall": "recall_{k}", "precision": "P_{k}",
-              "map": "map_cut_{k}", "hit": "success_{k}"}
+              "map": "map_cut_{k}", "hit": "success_{k}", "ndcg_condensed": "ndcg_cut_{k}",
+              "precision_condensed": "P_{k}"}
 TREC_MEASURES = {"ndcg_cut.1,5,10,100", "recall.1,5,10,100", "P.1,5,10,100",
                  "map_cut.1,5,10,100", "success.1,5,10,100", "recip_rank", "map", "ndcg",
                  "bpref"}
+# The condensed-list measures are trec_eval's on the judged memories only (its -J flag).
+CONDENSED = {"ndcg_condensed", "precision_condensed"}
 
 
 @dataclass
@@ -110,23 +114,28 @@ def random_case(seed: int, n_queries: int = 250) -> Case:
 
 def all_metrics() -> list[Metric]:
     cut = [Metric(kind, k) for kind in TREC_NAMES for k in CUTOFFS]
-    return [*cut, Metric("mrr"), Metric("map"), Metric("ndcg"), Metric("bpref")]
+    return [*cut, Metric("mrr"), Metric("map"), Metric("ndcg"), Metric("bpref"),
+            Metric("ndcg_condensed")]
 
 
 def trec_name(metric: Metric) -> str:
     if metric.k is None:
-        return {"mrr": "recip_rank", "map": "map", "ndcg": "ndcg", "bpref": "bpref"}[metric.kind]
+        return {"mrr": "recip_rank", "map": "map", "ndcg": "ndcg", "bpref": "bpref",
+                "ndcg_condensed": "ndcg"}[metric.kind]
     return TREC_NAMES[metric.kind].format(k=metric.k)
 
 
 def disagreements(case: Case, ranks: np.ndarray) -> list[str]:
     """Every (metric, query) where we and pytrec_eval differ by more than 1e-9."""
-    reference = pytrec_eval.RelevanceEvaluator(case.qrels, TREC_MEASURES).evaluate(case.run)
+    reference = {judged_only: pytrec_eval.RelevanceEvaluator(
+        case.qrels, TREC_MEASURES, judged_docs_only_flag=judged_only).evaluate(case.run)
+        for judged_only in (False, True)}
     ours = evaluate(case.judged, ranks, all_metrics(), n_returned=case.n_returned)
     has_relevant = case.judged.n_relevant > 0
     bad = []
     for metric in all_metrics():
-        theirs = np.array([reference[q][trec_name(metric)] for q in case.query_ids])
+        measured = reference[metric.kind in CONDENSED]
+        theirs = np.array([measured[q][trec_name(metric)] for q in case.query_ids])
         mine = ours[metric.name]
         # trec_eval scores a query without relevant memories 0; we exclude it (NaN).
         if not (np.isnan(mine[~has_relevant]).all() and (theirs[~has_relevant] == 0).all()):
@@ -174,15 +183,19 @@ def test_many_trials_at_once_equal_one_at_a_time() -> None:
 
 
 def brute_force(qrels: dict[str, int], returned: list[str], metric: Metric) -> float:
-    """Exponential-gain NDCG and Judged@k straight from their definitions, on one query's
-    returned list."""
+    """Exponential-gain NDCG, Judged@k and the condensed-list measures straight from their
+    definitions, on one query's returned list."""
     if metric.kind == "judged":
         top = returned[: metric.k]
         return sum(doc in qrels for doc in top) / min(metric.k, len(returned))  # ir_measures
+    if metric.kind in CONDENSED:
+        returned = [doc for doc in returned if doc in qrels]  # Sakai's condensed list
     grades = sorted((g for g in qrels.values() if g > 0), reverse=True)
     if not grades:
         return math.nan
     cut = metric.k  # None: the whole returned list, and every relevant memory in the ideal
+    if metric.kind == "precision_condensed":
+        return sum(qrels[doc] > 0 for doc in returned[:cut]) / metric.k
     gain = (lambda g: 2 ** g - 1) if metric.kind == "ndcg_exp" else (lambda g: g)
     dcg = sum(gain(qrels.get(doc, 0)) / math.log2(i + 2) for i, doc in enumerate(returned[:cut]))
     ideal = sum(gain(g) / math.log2(i + 2) for i, g in enumerate(grades[:cut]))
@@ -195,7 +208,8 @@ def brute_force_all(case: Case, metric: Metric) -> np.ndarray:
 
 
 @pytest.mark.parametrize("metric", ["ndcg_exp@1", "ndcg_exp@5", "ndcg_exp@10", "ndcg_exp",
-                                    "judged@1", "judged@10", "judged@100"])
+                                    "judged@1", "judged@10", "judged@100", "ndcg'@5", "ndcg'",
+                                    "P'@1", "P'@10"])
 def test_matches_the_direct_formula(metric: str) -> None:
     case = random_case(4, n_queries=120)
     m = parse_metric(metric)
@@ -209,16 +223,16 @@ def test_matches_the_direct_formula(metric: str) -> None:
 
 
 @st.composite
-def query_lists(draw: st.DrawFn) -> list[Query]:
+def query_lists(draw: st.DrawFn, unjudged: bool = True) -> list[Query]:
     """A few queries as random_case makes them, small enough to shrink: grades 0..3, judged
-    memories that are never candidates, unjudged candidates,
+    memories that are never candidates, unjudged candidates (unless `unjudged` is False),
     a returned prefix, and -1 or a position for judged candidates past it."""
     out = []
     for q in range(draw(st.integers(1, 6))):
         grades = draw(st.lists(st.integers(0, 3), min_size=1, max_size=8))
         qrels = {f"d{q}_{i}": g for i, g in enumerate(grades)}
         in_pool = [doc for doc in qrels if draw(st.booleans())]
-        extra = [f"u{q}_{i}" for i in range(draw(st.integers(0, 8)))]
+        extra = [f"u{q}_{i}" for i in range(draw(st.integers(0, 8)) if unjudged else 0)]
         order = draw(st.permutations([*in_pool, *extra] or [next(iter(qrels))]))
         n = draw(st.integers(1, len(order)))
         hidden = frozenset(doc for doc in order[n:] if doc in qrels and draw(st.booleans()))
@@ -226,10 +240,20 @@ def query_lists(draw: st.DrawFn) -> list[Query]:
     return out
 
 
+def ranks_in(case: Case, orders: list[list[str]]) -> np.ndarray:
+    """Each judged pair's position in its query's list of `orders` (past the returned
+    prefix: not returned)."""
+    where = [{doc: i for i, doc in enumerate(order)} for order in orders]
+    return np.array([where[q][doc] for q, doc in zip(case.judged.search.tolist(),
+                                                     case.pair_ids, strict=True)],
+                    dtype=np.int64)
+
+
 @given(query_lists())
 @settings(max_examples=300, deadline=None)
 def test_agrees_with_pytrec_eval_on_generated_queries(queries: list[Query]) -> None:
-    """Every metric pytrec_eval has, bpref among them."""
+    """Every metric pytrec_eval has, bpref among them, and the condensed-list measures
+    against trec_eval's -J (judged memories only)."""
     case = build_case(queries)
     assert disagreements(case, case.ranks) == []
 
@@ -265,6 +289,43 @@ def test_bpref_by_hand_and_as_trec_eval() -> None:
         assert abs(np.nan_to_num(value) - trec) < 1e-9, (name, value, trec)
     assert case.judged.n_nonrelevant is not None
     assert case.judged.n_nonrelevant[3] == 2 and (case.ranks == -1).sum() == 1  # m; b is -1
+
+
+@given(query_lists(), st.data())
+@settings(max_examples=200, deadline=None)
+def test_condensed_measures_match_the_direct_formula_on_many_trials(
+        queries: list[Query], data: st.DataObject) -> None:
+    """T trials at once ((T, N) ranks, one list length per trial and search; the case's
+    own ranking first) against the condensed lists built by hand, trial by trial."""
+    case = build_case(queries)
+    orders = [case.candidates, *([data.draw(st.permutations(order)) for order in case.candidates]
+                                 for _ in range(data.draw(st.integers(0, 9))))]
+    lengths = np.array([case.n_returned, *([data.draw(st.integers(1, len(order)))
+                                            for order in trial] for trial in orders[1:])])
+    ranks = np.array([case.ranks, *(ranks_in(case, trial) for trial in orders[1:])])
+    metrics = [parse_metric(name) for name in ("ndcg'@1", "ndcg'@3", "ndcg'", "P'@1", "P'@3",
+                                               "P'@10")]
+    ours = evaluate(case.judged, ranks, metrics, n_returned=lengths)
+    for t, trial in enumerate(orders):
+        for metric in metrics:
+            expected = [brute_force(case.qrels[qid], trial[q][:lengths[t, q]], metric)
+                        for q, qid in enumerate(case.query_ids)]
+            np.testing.assert_allclose(ours[metric.name][t], expected, rtol=0, atol=1e-12,
+                                       err_msg=f"{metric.name} trial {t}")
+
+
+@given(query_lists(unjudged=False))
+@settings(max_examples=100, deadline=None)
+def test_condensed_equal_the_plain_measures_when_every_candidate_is_judged(
+        queries: list[Query]) -> None:
+    case = build_case(queries)
+    pairs = [(Metric("ndcg", k), Metric("ndcg_condensed", k)) for k in (*CUTOFFS, None)]
+    pairs += [(Metric("precision", k), Metric("precision_condensed", k)) for k in CUTOFFS]
+    out = evaluate(case.judged, case.ranks, [m for pair in pairs for m in pair],
+                   n_returned=case.n_returned)
+    for plain, condensed in pairs:
+        np.testing.assert_allclose(out[condensed.name], out[plain.name], rtol=0, atol=1e-12,
+                                   err_msg=condensed.name)
 
 
 def test_worked_example() -> None:
@@ -378,6 +439,13 @@ def test_evaluate_rejects_mismatched_shapes() -> None:
     ("success@10", "hit@10", "hit_at_10"), ("success_1", "hit@1", "hit_at_1"),
     ("judged@10", "judged@10", "judged_at_10"), (" MAP ", "map", "map"), ("AP", "map", "map"),
     ("bpref", "bpref", "bpref"), ("BPREF", "bpref", "bpref"),
+    ("ndcg_condensed@10", "ndcg_condensed@10", "ndcg_condensed_at_10"),
+    ("ndcg'@10", "ndcg_condensed@10", "ndcg_condensed_at_10"),
+    ("nDCG'_cut_10", "ndcg_condensed@10", "ndcg_condensed_at_10"),
+    ("ndcg'", "ndcg_condensed", "ndcg_condensed"),
+    ("precision_condensed@5", "precision_condensed@5", "precision_condensed_at_5"),
+    ("P'@5", "precision_condensed@5", "precision_condensed_at_5"),
+    ("P'_5", "precision_condensed@5", "precision_condensed_at_5"),
 ])
 def test_parse_metric(text: str, name: str, key: str) -> None:
     metric = parse_metric(text)
@@ -390,6 +458,8 @@ def test_parse_metric(text: str, name: str, key: str) -> None:
     ("precision", r"metric 'precision': precision needs a cutoff k, e.g. precision@10"),
     ("infAP", r"unknown metric 'infAP'; accepted: ndcg\[@K\]; ndcg_exp\[@K\]; recall"),
     ("bpref@10", r"metric 'bpref@10': bpref takes no cutoff"),
+    ("P'", r"metric \"P'\": precision_condensed needs a cutoff k"),
+    ("ndcg''@10", r"unknown metric"),
     ("ndcg@ten", r"unknown metric 'ndcg@ten'"),
     ("", r"unknown metric ''"),
 ])
