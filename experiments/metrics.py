@@ -72,6 +72,8 @@ class _Kind:
     cutoff: Literal["required", "optional", "none"]
     aliases: tuple[str, ...]  # other names accepted by parse_metric (in any case)
     description: str
+    # Reads the judged memories only: an unjudged one is skipped, not counted non-relevant.
+    judged_only: bool = False
 
 
 KINDS: dict[str, _Kind] = {
@@ -83,11 +85,13 @@ KINDS: dict[str, _Kind] = {
     "map": _Kind("optional", ("AP",), "average precision (trec_eval map, map_cut_K)"),
     "hit": _Kind("required", ("success",), "1 if a relevant memory is in the top K"),
     "judged": _Kind("required", (), "judged share of the top K (ir_measures Judged@K)"),
-    "bpref": _Kind("none", (), "binary preference, unjudged memories skipped (trec_eval bpref)"),
+    "bpref": _Kind("none", (), "binary preference, unjudged memories skipped (trec_eval bpref)",
+                   judged_only=True),
     "ndcg_condensed": _Kind("optional", ("ndcg'",),
-                            "NDCG of the condensed list, unjudged memories removed (nDCG')"),
+                            "NDCG of the condensed list, unjudged memories removed (nDCG')",
+                            judged_only=True),
     "precision_condensed": _Kind("required", ("P'",),
-                                 "precision at K of the condensed list (P'@K)"),
+                                 "precision at K of the condensed list (P'@K)", judged_only=True),
 }
 _SPELLINGS = {name.lower(): kind for kind, info in KINDS.items()
               for name in (kind, *info.aliases)}
