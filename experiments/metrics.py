@@ -543,9 +543,8 @@ def _bpref(metric: Metric, judged: Judged, ranks: np.ndarray, n_returned: np.nda
     above = nonrelevant - nonrelevant[order.first]
     search = judged.search[order.pair]
     r, n = judged.n_relevant[search], judged.n_nonrelevant[search]
-    # above > 0 implies n >= 1, so the floor of 1 only keeps the divisor of above == 0 (and
-    # of a query without relevant memory, NaN anyway) away from 0; with above == 0 the
-    # preference is 1, as trec_eval's special case for none seen (and for N = 0).
+    # n >= above, so the floor of 1 only changes terms with above == 0: those are 1, as in
+    # trec_eval's special case (no judged non-relevant seen yet; always so when N = 0).
     wrong = np.minimum(above, r) / np.maximum(np.minimum(n, r), 1)
     t, s = ranks.shape[0], judged.n_searches
     total = np.bincount(order.segment[relevant], weights=1.0 - wrong[relevant],
