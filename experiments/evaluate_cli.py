@@ -28,6 +28,8 @@ from msprlab.datasets.trec import read_qrels, read_run
 from msprlab.datasets.validate import IngestError
 from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
 from msprlab.experiments.metrics import (
+    KINDS,
+    Judged,
     Metric,
     accepted_forms,
     evaluate,
@@ -95,13 +97,26 @@ def _check_unique(frame: pl.DataFrame, what: str) -> None:
     raise ValueError(message)
 
 
+def _judged_pairs(ranked: pl.DataFrame, searches: pl.DataFrame,
+                  qrels: pl.DataFrame) -> tuple[Judged, np.ndarray]:
+    """The judged pairs of the ranked run and their 0-based positions, in `Judged` order."""
+    pairs = (ranked.join(qrels.select("query_id", "memory_id", "relevance"),
+                         on=["query_id", "memory_id"])
+             .select("search", "memory_id", "position",
+                     grade=pl.col("relevance").clip(lower_bound=0))
+             .sort("search", "position"))
+    return (judged_from_frames(searches, pairs, qrels),
+            pairs.get_column("position").to_numpy())
+
+
 def evaluate_run(qrels: pl.DataFrame, run: pl.DataFrame,
                  metrics: Sequence[Metric]) -> RunEvaluation:
     """Score a TREC run against TREC qrels (frames as `read_qrels` / `read_run` give them).
 
     Evaluated queries are those in both (trec_eval's default, without -c). A negative
-    relevance counts as 0 (judged non-relevant), as in trec_eval. Raises ValueError on a
-    duplicate (query_id, memory_id) in either frame or a NaN score.
+    relevance counts as 0 (non-relevant), and bpref and the condensed-list measures skip it
+    as unjudged, both as in trec_eval. Raises ValueError on a duplicate (query_id,
+    memory_id) in either frame or a NaN score.
     """
     _check_unique(qrels, "qrels")
     _check_unique(run, "run")
@@ -116,14 +131,18 @@ def evaluate_run(qrels: pl.DataFrame, run: pl.DataFrame,
     n_returned = np.zeros(searches.height, dtype=np.int64)
     counts = ranked.group_by("search").len()
     n_returned[counts.get_column("search").to_numpy()] = counts.get_column("len").to_numpy()
-    pairs = (ranked.join(qrels.select("query_id", "memory_id", "relevance"),
-                         on=["query_id", "memory_id"])
-             .select("search", "memory_id", "position",
-                     grade=pl.col("relevance").clip(lower_bound=0))
-             .sort("search", "position"))
-    judged = judged_from_frames(searches, pairs, qrels)
-    values = evaluate(judged, pairs.get_column("position").to_numpy(), metrics,
-                      n_returned=n_returned)
+    # trec_eval reads a negative relevance as "in the pool, not judged" (a sampled pool):
+    # non-relevant for every measure, and skipped as unjudged by the judged-only ones
+    # (bpref, the condensed lists), which are therefore scored without those rows.
+    judged_only = [m for m in metrics if KINDS[m.kind].judged_only]
+    groups = [(list(metrics), qrels)]
+    if judged_only and (qrels.get_column("relevance") < 0).any():
+        groups = [([m for m in metrics if m not in judged_only], qrels),
+                  (judged_only, qrels.filter(pl.col("relevance") >= 0))]
+    values: dict[str, np.ndarray] = {}
+    for group, group_qrels in groups:
+        judged, positions = _judged_pairs(ranked, searches, group_qrels)
+        values |= evaluate(judged, positions, group, n_returned=n_returned)
     per_query = searches.select("query_id").with_columns(
         pl.Series(m.name, values[m.name], dtype=pl.Float64) for m in metrics)
     return RunEvaluation(tuple(metrics), per_query,
@@ -210,7 +229,8 @@ Score a TREC run against TREC qrels with msprlab's metrics, like trec_eval.
 
 QRELS lines are `query_id iteration memory_id relevance`; RUN lines are
 `query_id Q0 memory_id rank score tag`. A memory is relevant when its relevance is > 0;
-a negative relevance counts as 0 (judged non-relevant), as in trec_eval.
+a negative relevance counts as 0 (non-relevant), and as unjudged for bpref and the
+condensed lists, as in trec_eval.
 
 Order: each query's rows are ranked by score, descending; tied scores are broken by
 memory id in descending byte order (strcmp), exactly as trec_eval and pytrec_eval do, so
@@ -229,6 +249,13 @@ ndcg is trec_eval's ndcg_cut (linear gain, log2(rank + 2) discount, ideal DCG fr
 relevant memories of the query); precision@K divides by K; recall@K divides by all relevant
 memories; map is trec_eval's map; judged@K divides by min(K, memories returned), as
 ir_measures' Judged@K.
+For incomplete judgments, where unjudged memories should be skipped rather than counted
+non-relevant: bpref is trec_eval's bpref, (1/R) * the sum over the relevant memories
+returned of 1 - min(n, R) / min(R, N), n the judged non-relevant memories above it (R
+relevant and N judged non-relevant memories in the qrels, returned or not);
+ndcg_condensed@K and precision_condensed@K (ndcg'@K, P'@K) are Sakai's nDCG' and P':
+ndcg@K and precision@K of the condensed list, the run with its unjudged memories removed
+(trec_eval's ndcg_cut and P with -J).
 
 Output: a table of the mean of each metric, n (queries averaged) and the no-relevant count;
 --per-query adds one row per query; --json prints the same as JSON on stdout (NaN as null).
@@ -246,7 +273,7 @@ def add_evaluate_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument("qrels", type=Path, metavar="QRELS", help="TREC qrels file")
     parser.add_argument("run", type=Path, metavar="RUN", help="TREC run file")
     parser.add_argument("--metric", "-m", action="append", metavar="NAME",
-                        help=f"a metric to compute, e.g. ndcg@10, P@5, recip_rank "
+                        help=f"a metric to compute, e.g. ndcg@10, P@5, recip_rank, bpref "
                              f"(repeatable; default: {', '.join(DEFAULT_METRICS)})")
     parser.add_argument("--per-query", "-q", action="store_true",
                         help="also print each query's values (trec_eval -q)")

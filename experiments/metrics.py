@@ -2,10 +2,13 @@
 
 The batch scorer gives, per trial, the 0-based rank at which each judged pair appears in
 the returned ranking (-1 when it was not returned) and the length of each returned list.
-That is all a metric needs: unjudged memories count as non-relevant, and the relevant
-memories that are not candidates still count in the ideal ranking (`Judged.ideal`).
+That is all a metric needs: unjudged memories count as non-relevant (but in the measures
+for incomplete judgments below, which skip them), and the relevant memories that are not
+candidates still count in the ideal ranking (`Judged.ideal`).
 `evaluate` scores one trial (`ranks` of shape (N,)) or T trials at once ((T, N)) with a few
-segmented sums over the N pairs; it never builds a dict per query.
+segmented sums over the N pairs; it never builds a dict per query. bpref and the condensed
+lists need each list's judged pairs in rank order: one sort of the returned pairs per block
+of trials, shared by those metrics.
 
 Semantics are trec_eval's (EVALUATION.md), checked against pytrec_eval in
 tests/test_metrics.py. A memory is relevant when its grade is > 0.
@@ -24,6 +27,22 @@ tests/test_metrics.py. A memory is relevant when its grade is > 0.
 - hit@k: 1 if any relevant memory is in the top k (`success_k`).
 - judged@k: judged memories in the top k / min(k, number returned), as ir_measures'
   `Judged@k` divides since its PR #48 (NaN when nothing was returned).
+
+For incomplete judgments (most memories never judged), measures that skip the unjudged
+memories instead of counting them non-relevant:
+
+- bpref: trec_eval's `bpref` (Buckley and Voorhees 2004). R = judged-relevant memories of
+  the query, N = its judged non-relevant ones (grade 0, from the qrels, returned or not:
+  `Judged.n_nonrelevant`); for each relevant memory returned, n = judged non-relevant
+  memories returned above it, and bpref = (1/R) * sum of (1 - min(n, R) / min(R, N)),
+  a term being 1 when n = 0 (so when N = 0). No cutoff.
+- ndcg_condensed@k (`ndcg'@k`) and precision_condensed@k (`P'@k`): Sakai's nDCG' and P'
+  (SIGIR 2007, "Alternatives to bpref"): ndcg@k and precision@k of the condensed list,
+  the returned list with its unjudged memories removed; a judged memory's condensed rank
+  is the number of judged memories returned above it. The ideal is ndcg@k's (all
+  judged-relevant memories of the query), precision divides by k. They equal trec_eval's
+  ndcg_cut_k and P_k with -J (judged documents only), and ndcg@k / precision@k when every
+  returned memory is judged. `ndcg_condensed` without k uses the whole condensed list.
 
 A query whose qrels hold no relevant memory has no defined value for any metric but
 judged@k: `evaluate` gives NaN there, and aggregation excludes it and counts it apart
@@ -50,9 +69,11 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class _Kind:
-    cutoff: Literal["required", "optional"]
+    cutoff: Literal["required", "optional", "none"]
     aliases: tuple[str, ...]  # other names accepted by parse_metric (in any case)
     description: str
+    # Reads the judged memories only: an unjudged one is skipped, not counted non-relevant.
+    judged_only: bool = False
 
 
 KINDS: dict[str, _Kind] = {
@@ -64,18 +85,26 @@ KINDS: dict[str, _Kind] = {
     "map": _Kind("optional", ("AP",), "average precision (trec_eval map, map_cut_K)"),
     "hit": _Kind("required", ("success",), "1 if a relevant memory is in the top K"),
     "judged": _Kind("required", (), "judged share of the top K (ir_measures Judged@K)"),
+    "bpref": _Kind("none", (), "binary preference, unjudged memories skipped (trec_eval bpref)",
+                   judged_only=True),
+    "ndcg_condensed": _Kind("optional", ("ndcg'",),
+                            "NDCG of the condensed list, unjudged memories removed (nDCG')",
+                            judged_only=True),
+    "precision_condensed": _Kind("required", ("P'",),
+                                 "precision at K of the condensed list (P'@K)", judged_only=True),
 }
 _SPELLINGS = {name.lower(): kind for kind, info in KINDS.items()
               for name in (kind, *info.aliases)}
-# name@K, trec_eval's name_cut_K / name_cut.K / name_K / name.K, or a bare name.
-_PATTERN = re.compile(r"(?P<name>[a-z_]+?)(?:(?:@|_cut_|_cut\.|_|\.)(?P<k>\d+))?")
+# name@K, trec_eval's name_cut_K / name_cut.K / name_K / name.K, or a bare name; a name may
+# end in ' (Sakai's nDCG', P').
+_PATTERN = re.compile(r"(?P<name>[a-z_]+?'?)(?:(?:@|_cut_|_cut\.|_|\.)(?P<k>\d+))?")
 
 
 def accepted_forms() -> str:
     """The metric spellings parse_metric accepts, generated from KINDS."""
     forms = []
     for kind, info in KINDS.items():
-        form = f"{kind}@K" if info.cutoff == "required" else f"{kind}[@K]"
+        form = {"required": f"{kind}@K", "optional": f"{kind}[@K]", "none": kind}[info.cutoff]
         if info.aliases:
             form += f" (also {', '.join(info.aliases)})"
         forms.append(form)
@@ -98,9 +127,12 @@ class Metric:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"Metric.kind must be one of {sorted(KINDS)}, got {self.kind!r}")
+        cutoff = KINDS[self.kind].cutoff
         if self.k is None:
-            if KINDS[self.kind].cutoff == "required":
+            if cutoff == "required":
                 raise ValueError(f"{self.kind} needs a cutoff k, e.g. {self.kind}@10")
+        elif cutoff == "none":
+            raise ValueError(f"{self.kind} takes no cutoff (it reads the whole returned list)")
         elif isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"Metric.k must be an integer >= 1 or None, got {self.k!r}")
         object.__setattr__(self, "name", self.kind if self.k is None else f"{self.kind}@{self.k}")
@@ -135,6 +167,9 @@ class Judged:
     ideal : int64 array, shape (n_searches, G): grades of all judged-relevant memories of
         the search's query (from the qrels, not only the candidates), sorted descending,
         zero-padded.
+    n_nonrelevant : int64 array, shape (n_searches,): judged non-relevant memories of the
+        search's query (from the qrels, candidates or not), bpref's N. Default: the grade-0
+        pairs of each search, right when every judged memory of the query is a pair.
 
     The arrays are copied and made read-only, so that derived quantities (segment starts,
     ideal DCG per cutoff) can be cached on the object; equality is identity.
@@ -143,6 +178,7 @@ class Judged:
     search: np.ndarray
     grade: np.ndarray
     ideal: np.ndarray
+    n_nonrelevant: np.ndarray | None = None
     _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -166,6 +202,22 @@ class Judged:
             raise ValueError("grades must be >= 0 (0 = judged non-relevant)")
         if ideal.shape[1] > 1 and np.any(np.diff(ideal, axis=1) > 0):
             raise ValueError("each row of Judged.ideal must be sorted descending")
+        self._set_n_nonrelevant()
+
+    def _set_n_nonrelevant(self) -> None:
+        paired = np.bincount(self.search[self.grade == 0], minlength=self.n_searches)
+        given = paired if self.n_nonrelevant is None else np.asarray(self.n_nonrelevant)
+        if given.shape != (self.n_searches,) or (
+                given.size and not np.issubdtype(given.dtype, np.integer)):
+            raise ValueError(f"Judged.n_nonrelevant must be an integer array of shape "
+                             f"({self.n_searches},), got shape {given.shape} dtype {given.dtype}")
+        # The grade-0 pairs are judged non-relevant memories of the query: fewer is a mix-up.
+        if np.any(given < paired):
+            raise ValueError("Judged.n_nonrelevant must count at least each search's grade-0 "
+                             "pairs (it counts every judged non-relevant memory of the query)")
+        array = np.array(given, dtype=np.int64)
+        array.flags.writeable = False
+        object.__setattr__(self, "n_nonrelevant", array)
 
     @property
     def n_searches(self) -> int:
@@ -229,7 +281,8 @@ def judged_from_frames(searches: pl.DataFrame, pairs: pl.DataFrame,
         search, sorted by `search`. Row i of the result is row i of `pairs`, so the batch
         scorer's ranks line up with this frame's row order.
     qrels : `query_id`, `memory_id`, `relevance`; rows with relevance > 0 make the ideal
-        rankings. A (query_id, memory_id) may appear once.
+        rankings, the others (relevance <= 0: judged non-relevant) are counted as
+        `n_nonrelevant`. A (query_id, memory_id) may appear once.
 
     Raises ValueError on a missing column, an unsorted or out-of-range `search`, a
     negative grade, or a duplicate pair.
@@ -253,15 +306,21 @@ def judged_from_frames(searches: pl.DataFrame, pairs: pl.DataFrame,
             row = frame.filter(duplicated.to_series()).row(0, named=True)
             raise ValueError(f"{what}: duplicate {', '.join(f'{c}={row[c]!r}' for c in key)}; "
                              "each judged pair must appear once")
-    relevant = (searches.select(pl.col("search").cast(pl.Int64), "query_id")
-                .join(qrels.filter(pl.col("relevance") > 0), on="query_id")
+    by_search = searches.select(pl.col("search").cast(pl.Int64), "query_id")
+    nonrelevant = (by_search.join(qrels.filter(pl.col("relevance") <= 0), on="query_id")
+                   .group_by("search").len())
+    n_nonrelevant = np.zeros(n, dtype=np.int64)
+    n_nonrelevant[nonrelevant.get_column("search").to_numpy()] = (
+        nonrelevant.get_column("len").to_numpy())
+    relevant = (by_search.join(qrels.filter(pl.col("relevance") > 0), on="query_id")
                 .sort(["search", "relevance"], descending=[False, True])
                 .with_columns(position=pl.int_range(pl.len()).over("search")))
     position = relevant.get_column("position").to_numpy()
     ideal = np.zeros((n, int(position.max()) + 1 if position.size else 0), dtype=np.int64)
     ideal[relevant.get_column("search").to_numpy(), position] = (
         relevant.get_column("relevance").to_numpy())
-    return Judged(search=search, grade=pairs.get_column("grade").to_numpy(), ideal=ideal)
+    return Judged(search=search, grade=pairs.get_column("grade").to_numpy(), ideal=ideal,
+                  n_nonrelevant=n_nonrelevant)
 
 
 def _segment_sum(values: np.ndarray, judged: Judged) -> np.ndarray:
@@ -324,19 +383,7 @@ def evaluate(judged: Judged, ranks: np.ndarray, metrics: Sequence[Metric], *,
                            if n_returned.shape[0] > 1 else n_returned[0])
                   for i in range(0, ranks.shape[0], _TRIALS_PER_BLOCK)]
         return {m.name: np.concatenate([block[m.name] for block in blocks]) for m in metrics}
-    limit = n_returned[:, judged.search]  # (T or 1, N): pairs at or beyond it are not returned
-    # As unsigned, rank -1 is the largest value, so one comparison tests 0 <= rank < limit.
-    unsigned = ranks.view(np.uint64)
-    max_returned = int(n_returned.max(initial=0))
-    masks: dict[int, np.ndarray] = {}
-
-    def top(k: int | None) -> tuple[int, np.ndarray]:
-        """(cut, mask (T, N) of the pairs returned within the top k)."""
-        cut = max_returned if k is None else min(k, max_returned)
-        if cut not in masks:
-            masks[cut] = unsigned < np.minimum(limit, cut).view(np.uint64)
-        return cut, masks[cut]
-
+    top = _Top(judged, ranks, n_returned)
     no_relevant = judged.n_relevant == 0
     out: dict[str, np.ndarray] = {}
     for metric in metrics:
@@ -347,7 +394,73 @@ def evaluate(judged: Judged, ranks: np.ndarray, metrics: Sequence[Metric], *,
     return out
 
 
-_Top = Callable[[int | None], tuple[int, np.ndarray]]
+@dataclass(frozen=True)
+class _Order:
+    """The returned judged pairs of one block of trials, each list in rank order.
+
+    flat : index into the flattened (T, N) ranks; lists (segments) stay in segment order.
+    segment : the list's segment id (t * n_searches + search).
+    rank : condensed rank, 0-based: the judged pairs of the same list returned above it.
+    first : index (into these arrays) of the list's first pair.
+    pair : the row of `Judged` (flat modulo N).
+    """
+
+    flat: np.ndarray
+    segment: np.ndarray
+    rank: np.ndarray
+    first: np.ndarray
+    pair: np.ndarray
+
+
+class _Top:
+    """The returned lists of one block of trials: which pairs are returned within a cutoff
+    (a mask per cutoff, cached), and on demand their rank order and the condensed lists."""
+
+    def __init__(self, judged: Judged, ranks: np.ndarray, n_returned: np.ndarray) -> None:
+        self.judged, self.ranks, self.n_returned = judged, ranks, n_returned
+        self._limit = n_returned[:, judged.search]  # (T or 1, N): at or beyond: not returned
+        # As unsigned, rank -1 is the largest value, so one comparison tests 0 <= rank < limit.
+        self._unsigned = ranks.view(np.uint64)
+        self.max_returned = int(n_returned.max(initial=0))
+        self._masks: dict[int, np.ndarray] = {}
+        self._order: _Order | None = None
+        self._condensed: _Top | None = None
+
+    def __call__(self, k: int | None) -> tuple[int, np.ndarray]:
+        """(cut, mask (T, N) of the pairs returned within the top k)."""
+        cut = self.max_returned if k is None else min(k, self.max_returned)
+        if cut not in self._masks:
+            self._masks[cut] = self._unsigned < np.minimum(self._limit, cut).view(np.uint64)
+        return cut, self._masks[cut]
+
+    def order(self) -> _Order:
+        """The returned judged pairs, each list sorted by rank (one sort for the block)."""
+        if self._order is None:
+            t, n = self.ranks.shape
+            flat = np.flatnonzero(self(None)[1])
+            segment = self.judged.segment_ids(t)[flat]
+            # Segment ids are non-decreasing in flat order, so sorting segment * (cut + 1) +
+            # rank orders each list by rank and keeps the lists where they were.
+            by_rank = np.argsort(segment * (self.max_returned + 1) + self.ranks.ravel()[flat],
+                                 kind="stable")
+            flat, segment = flat[by_rank], segment[by_rank]
+            count = np.bincount(segment, minlength=t * self.judged.n_searches)
+            first = (np.cumsum(count) - count)[segment]
+            self._order = _Order(flat, segment, np.arange(flat.size) - first, first,
+                                 flat % max(n, 1))
+        return self._order
+
+    def condensed(self) -> _Top:
+        """The same lists with the unjudged memories removed (Sakai's condensed lists):
+        each returned pair at its condensed rank, each list as long as its judged pairs."""
+        if self._condensed is None:
+            order = self.order()
+            ranks = np.full(self.ranks.shape, -1, dtype=np.int64)
+            np.put(ranks, order.flat, order.rank)
+            t, s = ranks.shape[0], self.judged.n_searches
+            lengths = np.bincount(order.segment, minlength=t * s).reshape(t, s)
+            self._condensed = _Top(self.judged, ranks, lengths)
+        return self._condensed
 
 
 def _dcg(gain: str) -> Callable[..., np.ndarray]:
@@ -420,7 +533,39 @@ def _map(metric: Metric, judged: Judged, ranks: np.ndarray, n_returned: np.ndarr
     return _divide(total.reshape(t, s), judged.n_relevant)
 
 
+def _bpref(metric: Metric, judged: Judged, ranks: np.ndarray, n_returned: np.ndarray,
+           top: _Top) -> np.ndarray:
+    assert judged.n_nonrelevant is not None  # set by Judged.__post_init__
+    order = top.order()
+    relevant = judged.grade[order.pair] > 0
+    # Judged non-relevant pairs returned above each pair: a running count within its list.
+    nonrelevant = np.cumsum(~relevant) - ~relevant
+    above = nonrelevant - nonrelevant[order.first]
+    search = judged.search[order.pair]
+    r, n = judged.n_relevant[search], judged.n_nonrelevant[search]
+    # n >= above, so the floor of 1 only changes terms with above == 0: those are 1, as in
+    # trec_eval's special case (no judged non-relevant seen yet; always so when N = 0).
+    wrong = np.minimum(above, r) / np.maximum(np.minimum(n, r), 1)
+    t, s = ranks.shape[0], judged.n_searches
+    total = np.bincount(order.segment[relevant], weights=1.0 - wrong[relevant],
+                        minlength=t * s)
+    return _divide(total.reshape(t, s), judged.n_relevant)
+
+
+def _condensed(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """`kernel` on the condensed lists: the judged pairs at their condensed ranks, each
+    list as long as its returned judged pairs."""
+    def on_condensed(metric: Metric, judged: Judged, ranks: np.ndarray,
+                     n_returned: np.ndarray, top: _Top) -> np.ndarray:
+        lists = top.condensed()
+        return kernel(metric, judged, lists.ranks, lists.n_returned, lists)
+    return on_condensed
+
+
+_NDCG = _dcg("linear")
 _KERNELS: dict[str, Callable[..., np.ndarray]] = {
-    "ndcg": _dcg("linear"), "ndcg_exp": _dcg("exp"), "recall": _recall,
+    "ndcg": _NDCG, "ndcg_exp": _dcg("exp"), "recall": _recall,
     "precision": _precision, "mrr": _mrr, "map": _map, "hit": _hit, "judged": _judged,
+    "bpref": _bpref, "ndcg_condensed": _condensed(_NDCG),
+    "precision_condensed": _condensed(_precision),
 }

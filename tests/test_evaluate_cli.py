@@ -6,8 +6,10 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import polars as pl
 import pytest
 import pytrec_eval
 
@@ -92,6 +94,14 @@ def test_per_query_table(files: tuple[str, str], capsys: pytest.CaptureFixture[s
     assert rows == [["q1", "1.0000"], ["q2", "0.0000"], ["q3", "-"]]
 
 
+def as_dicts(frame: pl.DataFrame, column: str) -> dict[str, dict[str, Any]]:
+    """query_id -> memory_id -> `column`, as pytrec_eval takes qrels and runs."""
+    out: dict[str, dict[str, Any]] = {}
+    for query_id, memory_id, value in frame.select("query_id", "memory_id", column).iter_rows():
+        out.setdefault(query_id, {})[memory_id] = value
+    return out
+
+
 def test_tied_scores_follow_trec_eval(tmp_path: Path) -> None:
     """Random runs with many tied scores and ids of varied length: same values as
     pytrec_eval per query (its order: score descending, then id descending by strcmp)."""
@@ -110,14 +120,10 @@ def test_tied_scores_follow_trec_eval(tmp_path: Path) -> None:
     result = evaluate_run(qrels, run, [parse_metric(n) for n in names])
     trec = {"ndcg@5": "ndcg_cut_5", "ndcg@10": "ndcg_cut_10", "recall@5": "recall_5",
             "precision@5": "P_5", "mrr": "recip_rank", "map": "map", "hit@1": "success_1"}
-    as_dicts = ({}, {})
-    for frame, target, column in ((qrels, as_dicts[0], "relevance"), (run, as_dicts[1], "score")):
-        for query_id, memory_id, value in frame.select("query_id", "memory_id",
-                                                       column).iter_rows():
-            target.setdefault(query_id, {})[memory_id] = value
     reference = pytrec_eval.RelevanceEvaluator(
-        as_dicts[0], {"ndcg_cut.5,10", "recall.5", "P.5", "recip_rank", "map", "success.1"}
-    ).evaluate(as_dicts[1])
+        as_dicts(qrels, "relevance"),
+        {"ndcg_cut.5,10", "recall.5", "P.5", "recip_rank", "map", "success.1"}
+    ).evaluate(as_dicts(run, "score"))
     checked = 0
     for row in result.per_query.iter_rows(named=True):
         for name in names:
@@ -132,8 +138,60 @@ def test_tied_scores_follow_trec_eval(tmp_path: Path) -> None:
     assert rank_like_trec_eval(run)["memory_id"].to_list() != flipped["memory_id"].to_list()
 
 
+def test_judged_only_measures_follow_trec_eval_on_ties_and_negative_relevance(
+        tmp_path: Path) -> None:
+    """bpref as pytrec_eval's, the condensed lists as its ndcg_cut / P with -J, on tied runs
+    whose qrels also hold negative relevance (trec_eval: in the pool, not judged)."""
+    rng = np.random.default_rng(1)
+    qrels_lines, run_lines = [], []
+    for q in range(60):
+        docs = [f"m{i}" for i in rng.choice(200, 40, replace=False)]
+        for doc in docs[:20]:
+            qrels_lines.append(f"q{q} 0 {doc} {rng.integers(-1, 3)}")
+        for i, doc in enumerate(docs[5:]):  # 15 judged memories returned among 35
+            run_lines.append(f"q{q} Q0 {doc} {i + 1} {rng.integers(0, 4) / 2} tag")
+    (tmp_path / "qrels").write_text("\n".join(qrels_lines))
+    (tmp_path / "run").write_text("\n".join(run_lines))
+    qrels, run = read_qrels(tmp_path / "qrels"), read_run(tmp_path / "run")
+    trec = {"bpref": "bpref", "ndcg_condensed@5": "ndcg_cut_5", "ndcg_condensed": "ndcg",
+            "precision_condensed@5": "P_5", "ndcg@5": "ndcg_cut_5", "precision@5": "P_5"}
+    result = evaluate_run(qrels, run, [parse_metric(name) for name in trec])
+    reference = {judged_only: pytrec_eval.RelevanceEvaluator(
+        as_dicts(qrels, "relevance"), {"bpref", "ndcg_cut.5", "ndcg", "P.5"},
+        judged_docs_only_flag=judged_only).evaluate(as_dicts(run, "score"))
+        for judged_only in (False, True)}
+    checked = 0
+    for row in result.per_query.iter_rows(named=True):
+        for name, measure in trec.items():
+            if not math.isnan(row[name]):
+                expected = reference["condensed" in name][row["query_id"]][measure]
+                assert row[name] == pytest.approx(expected, abs=1e-9), (row["query_id"], name)
+                checked += 1
+    assert checked > 300
+    # Read as 0 (judged non-relevant), the negative rows would change bpref.
+    as_zero = evaluate_run(qrels.with_columns(pl.col("relevance").clip(lower_bound=0)), run,
+                           [parse_metric("bpref")])
+    assert not as_zero.per_query["bpref"].equals(result.per_query["bpref"])
+
+
+def test_bpref_and_condensed_metrics(files: tuple[str, str],
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", *files, "--json", "--per-query", "--metric", "bpref",
+                 "-m", "ndcg'@10", "-m", "P'@2"]) == EXIT_OK
+    out = json.loads(capsys.readouterr().out)
+    assert out["metrics"] == ["bpref", "ndcg_condensed@10", "precision_condensed@2"]
+    rows = {row["query_id"]: row for row in out["per_query"]}
+    # q1: m1 (2), m3 (1), m2 (0), m8 (unjudged): R = 2, N = 1, nothing non-relevant above a
+    # relevant memory; the condensed list drops m8 only. q2: its relevant memory is not
+    # returned. q3: nothing relevant.
+    assert rows["q1"] == {"query_id": "q1", "bpref": 1.0, "ndcg_condensed@10": 1.0,
+                          "precision_condensed@2": 1.0}
+    assert rows["q2"]["bpref"] == 0.0 and rows["q3"]["bpref"] is None
+    summary = {row["metric"]: row for row in out["summary"]}
+    assert summary["bpref"] == {"metric": "bpref", "mean": 0.5, "n": 2, "n_no_relevant": 1}
+
+
 def test_rank_field_is_ignored() -> None:
-    import polars as pl
     run = pl.DataFrame({"query_id": ["q", "q", "q"], "memory_id": ["a", "b", "c"],
                         "rank": [1, 2, 3], "score": [1.0, 2.0, 2.0]})
     assert rank_like_trec_eval(run)["memory_id"].to_list() == ["c", "b", "a"]
@@ -165,10 +223,10 @@ def test_missing_file_exit_2(files: tuple[str, str], capsys: pytest.CaptureFixtu
 
 def test_unknown_metric_exit_2(files: tuple[str, str],
                                capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["evaluate", *files, "--metric", "ndcg@10", "--metric", "bpref"]) == 2
+    assert main(["evaluate", *files, "--metric", "ndcg@10", "--metric", "infAP"]) == 2
     err = capsys.readouterr().err
-    assert "unknown metric 'bpref'; accepted:" in err
-    assert "judged@K" in err and "recip_rank" in err
+    assert "unknown metric 'infAP'; accepted:" in err
+    assert "judged@K" in err and "recip_rank" in err and "bpref" in err
 
 
 def test_help_explains_order_queries_and_metrics(capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,5 +237,7 @@ def test_help_explains_order_queries_and_metrics(capsys: pytest.CaptureFixture[s
     for phrase in ("tied scores are broken by memory id in descending byte order",
                    "as trec_eval does without -c", "default: ndcg@10, recall@100, mrr, map",
                    "--per-query", "--json", "Exit status: 0 success; 2 bad input",
-                   "judged@K divides by min(K, memories returned)"):
+                   "judged@K divides by min(K, memories returned)",
+                   "bpref is trec_eval's bpref", "Sakai's nDCG' and P'",
+                   "the run with its unjudged memories removed"):
         assert phrase in text, phrase

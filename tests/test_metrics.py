@@ -1,6 +1,7 @@
-"""Vectorised metrics: agreement with pytrec_eval (trec_eval) on random tie-free runs,
-brute-force oracles for what trec_eval lacks (exponential gain, Judged@k), parsing and
-bad inputs."""
+"""Vectorised metrics: agreement with pytrec_eval (trec_eval) on random and generated
+tie-free runs, bpref included, the condensed-list measures against trec_eval's -J too,
+brute-force oracles for what trec_eval lacks (exponential gain, Judged@k, the condensed
+lists by hand), parsing and bad inputs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import numpy as np
 import polars as pl
 import pytest
 import pytrec_eval
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msprlab.experiments.metrics import (
     KINDS,
@@ -24,9 +27,13 @@ from msprlab.experiments.metrics import (
 CUTOFFS = (1, 5, 10, 100)
 # Our metric -> pytrec_eval's measure name for each cutoff (None: no cutoff).
 TREC_NAMES = {"ndcg": "ndcg_cut_{k}", "recall": "recall_{k}", "precision": "P_{k}",
-              "map": "map_cut_{k}", "hit": "success_{k}"}
+              "map": "map_cut_{k}", "hit": "success_{k}", "ndcg_condensed": "ndcg_cut_{k}",
+              "precision_condensed": "P_{k}"}
 TREC_MEASURES = {"ndcg_cut.1,5,10,100", "recall.1,5,10,100", "P.1,5,10,100",
-                 "map_cut.1,5,10,100", "success.1,5,10,100", "recip_rank", "map", "ndcg"}
+                 "map_cut.1,5,10,100", "success.1,5,10,100", "recip_rank", "map", "ndcg",
+                 "bpref"}
+# The condensed-list measures are trec_eval's on the judged memories only (its -J flag).
+CONDENSED = {"ndcg_condensed", "precision_condensed"}
 
 
 @dataclass
@@ -41,6 +48,45 @@ class Case:
     n_returned: np.ndarray
     # (query position, ranked list of every candidate) for the brute-force oracles
     candidates: list[list[str]]
+    pair_ids: list[str]  # the memory of each judged pair (row of `judged`)
+
+
+@dataclass(frozen=True)
+class Query:
+    """One query of a case: its qrels, every candidate best first, the returned prefix's
+    length, and the judged candidates past it whose rank is -1 (the others keep their
+    position >= n_returned: both mean "not returned")."""
+
+    qrels: dict[str, int]
+    order: list[str]
+    n_returned: int
+    hidden: frozenset[str] = frozenset()
+
+
+def build_case(queries: list[Query]) -> Case:
+    """The Case of these queries: a tie-free run (strictly decreasing scores) of each
+    returned prefix, the judged candidates as pairs in candidate order."""
+    query_ids = [f"q{q:04d}" for q in range(len(queries))]
+    rows: list[tuple[int, str, int]] = []
+    ranks: list[int] = []
+    for q, query in enumerate(queries):
+        for position, doc in enumerate(query.order):
+            if doc in query.qrels:
+                rows.append((q, doc, query.qrels[doc]))
+                ranks.append(-1 if doc in query.hidden else position)
+    qrels = {qid: query.qrels for qid, query in zip(query_ids, queries, strict=True)}
+    run = {qid: {doc: float(query.n_returned - i)
+                 for i, doc in enumerate(query.order[:query.n_returned])}
+           for qid, query in zip(query_ids, queries, strict=True)}
+    searches = pl.DataFrame({"search": range(len(queries)), "query_id": query_ids})
+    pairs = pl.DataFrame(rows, schema=["search", "memory_id", "grade"], orient="row")
+    qrels_frame = pl.DataFrame(
+        [(q, d, r) for q, docs in qrels.items() for d, r in docs.items()],
+        schema=["query_id", "memory_id", "relevance"], orient="row")
+    return Case(qrels, run, query_ids, judged_from_frames(searches, pairs, qrels_frame),
+                np.array(ranks, dtype=np.int64),
+                np.array([query.n_returned for query in queries]),
+                [query.order for query in queries], [doc for _, doc, _ in rows])
 
 
 def random_case(seed: int, n_queries: int = 250) -> Case:
@@ -49,59 +95,47 @@ def random_case(seed: int, n_queries: int = 250) -> Case:
     a returned prefix of random length; ranks of judged candidates past that prefix are
     either -1 or their position (>= n_returned), both meaning "not returned"."""
     rng = np.random.default_rng(seed)
-    qrels: dict[str, dict[str, int]] = {}
-    run: dict[str, dict[str, float]] = {}
-    rows: list[tuple[int, str, int]] = []
-    ranks: list[int] = []
-    n_returned, query_ids, candidates = [], [], []
+    queries = []
     for q in range(n_queries):
-        qid = f"q{q:04d}"
         judged_docs = [f"d{q}_{i}" for i in range(int(rng.integers(1, 25)))]
         grades = rng.integers(0, 4, len(judged_docs))
         if rng.random() < 0.1:
             grades[:] = 0  # a query with no relevant memory
-        qrels[qid] = dict(zip(judged_docs, map(int, grades), strict=True))
+        qrels = dict(zip(judged_docs, map(int, grades), strict=True))
         in_pool = [d for d in judged_docs if rng.random() < 0.7]  # the rest: never candidates
         unjudged = [f"u{q}_{i}" for i in range(int(rng.integers(0, 60)))]
         pool = [*in_pool, *unjudged] or [f"u{q}_x"]
         order = [pool[i] for i in rng.permutation(len(pool))]
         n = int(rng.integers(1, len(order) + 1))
-        run[qid] = {doc: float(n - i) for i, doc in enumerate(order[:n])}  # strictly decreasing
-        query_ids.append(qid)
-        n_returned.append(n)
-        candidates.append(order)
-        for position, doc in enumerate(order):
-            if doc in qrels[qid]:
-                rows.append((q, doc, qrels[qid][doc]))
-                ranks.append(position if position < n or rng.random() < 0.5 else -1)
-    searches = pl.DataFrame({"search": range(n_queries), "query_id": query_ids})
-    pairs = pl.DataFrame(rows, schema=["search", "memory_id", "grade"], orient="row")
-    qrels_frame = pl.DataFrame(
-        [(q, d, r) for q, docs in qrels.items() for d, r in docs.items()],
-        schema=["query_id", "memory_id", "relevance"], orient="row")
-    return Case(qrels, run, query_ids, judged_from_frames(searches, pairs, qrels_frame),
-                np.array(ranks), np.array(n_returned), candidates)
+        hidden = frozenset(doc for doc in order[n:] if doc in qrels and rng.random() >= 0.5)
+        queries.append(Query(qrels, order, n, hidden))
+    return build_case(queries)
 
 
 def all_metrics() -> list[Metric]:
     cut = [Metric(kind, k) for kind in TREC_NAMES for k in CUTOFFS]
-    return [*cut, Metric("mrr"), Metric("map"), Metric("ndcg")]
+    return [*cut, Metric("mrr"), Metric("map"), Metric("ndcg"), Metric("bpref"),
+            Metric("ndcg_condensed")]
 
 
 def trec_name(metric: Metric) -> str:
     if metric.k is None:
-        return {"mrr": "recip_rank", "map": "map", "ndcg": "ndcg"}[metric.kind]
+        return {"mrr": "recip_rank", "map": "map", "ndcg": "ndcg", "bpref": "bpref",
+                "ndcg_condensed": "ndcg"}[metric.kind]
     return TREC_NAMES[metric.kind].format(k=metric.k)
 
 
 def disagreements(case: Case, ranks: np.ndarray) -> list[str]:
     """Every (metric, query) where we and pytrec_eval differ by more than 1e-9."""
-    reference = pytrec_eval.RelevanceEvaluator(case.qrels, TREC_MEASURES).evaluate(case.run)
+    reference = {judged_only: pytrec_eval.RelevanceEvaluator(
+        case.qrels, TREC_MEASURES, judged_docs_only_flag=judged_only).evaluate(case.run)
+        for judged_only in (False, True)}
     ours = evaluate(case.judged, ranks, all_metrics(), n_returned=case.n_returned)
     has_relevant = case.judged.n_relevant > 0
     bad = []
     for metric in all_metrics():
-        theirs = np.array([reference[q][trec_name(metric)] for q in case.query_ids])
+        measured = reference[metric.kind in CONDENSED]
+        theirs = np.array([measured[q][trec_name(metric)] for q in case.query_ids])
         mine = ours[metric.name]
         # trec_eval scores a query without relevant memories 0; we exclude it (NaN).
         if not (np.isnan(mine[~has_relevant]).all() and (theirs[~has_relevant] == 0).all()):
@@ -148,36 +182,150 @@ def test_many_trials_at_once_equal_one_at_a_time() -> None:
                 np.testing.assert_array_equal(together[name][i], values, err_msg=name)
 
 
-def brute_force(case: Case, q: int, metric: Metric) -> float:
-    """Exponential-gain NDCG and Judged@k straight from their definitions."""
-    qrels, n = case.qrels[case.query_ids[q]], case.n_returned[q]
-    returned = case.candidates[q][:n]
+def brute_force(qrels: dict[str, int], returned: list[str], metric: Metric) -> float:
+    """Exponential-gain NDCG, Judged@k and the condensed-list measures straight from their
+    definitions, on one query's returned list."""
     if metric.kind == "judged":
         top = returned[: metric.k]
-        return sum(doc in qrels for doc in top) / min(metric.k, n)  # ir_measures' Judged@k
+        return sum(doc in qrels for doc in top) / min(metric.k, len(returned))  # ir_measures
+    if metric.kind in CONDENSED:
+        returned = [doc for doc in returned if doc in qrels]  # Sakai's condensed list
     grades = sorted((g for g in qrels.values() if g > 0), reverse=True)
     if not grades:
         return math.nan
     cut = metric.k  # None: the whole returned list, and every relevant memory in the ideal
-    dcg = sum((2 ** qrels.get(doc, 0) - 1) / math.log2(i + 2)
-              for i, doc in enumerate(returned[:cut]))
-    ideal = sum((2 ** g - 1) / math.log2(i + 2) for i, g in enumerate(grades[:cut]))
+    if metric.kind == "precision_condensed":
+        return sum(qrels[doc] > 0 for doc in returned[:cut]) / metric.k
+    gain = (lambda g: 2 ** g - 1) if metric.kind == "ndcg_exp" else (lambda g: g)
+    dcg = sum(gain(qrels.get(doc, 0)) / math.log2(i + 2) for i, doc in enumerate(returned[:cut]))
+    ideal = sum(gain(g) / math.log2(i + 2) for i, g in enumerate(grades[:cut]))
     return dcg / ideal
 
 
+def brute_force_all(case: Case, metric: Metric) -> np.ndarray:
+    return np.array([brute_force(case.qrels[qid], case.candidates[q][:case.n_returned[q]],
+                                 metric) for q, qid in enumerate(case.query_ids)])
+
+
 @pytest.mark.parametrize("metric", ["ndcg_exp@1", "ndcg_exp@5", "ndcg_exp@10", "ndcg_exp",
-                                    "judged@1", "judged@10", "judged@100"])
+                                    "judged@1", "judged@10", "judged@100", "ndcg'@5", "ndcg'",
+                                    "P'@1", "P'@10"])
 def test_matches_the_direct_formula(metric: str) -> None:
     case = random_case(4, n_queries=120)
     m = parse_metric(metric)
     ours = evaluate(case.judged, case.ranks, [m], n_returned=case.n_returned)[m.name]
-    expected = np.array([brute_force(case, q, m) for q in range(len(case.query_ids))])
-    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ours, brute_force_all(case, m), rtol=0, atol=1e-12)
     if m.kind == "ndcg_exp":  # grades up to 3, so the gain differs from the linear one
         linear = evaluate(case.judged, case.ranks, [Metric("ndcg", m.k)],
                           n_returned=case.n_returned)
         assert not np.allclose(np.nan_to_num(linear[Metric("ndcg", m.k).name]),
                                np.nan_to_num(ours))
+
+
+@st.composite
+def query_lists(draw: st.DrawFn, unjudged: bool = True) -> list[Query]:
+    """A few queries as random_case makes them, small enough to shrink: grades 0..3, judged
+    memories that are never candidates, unjudged candidates (unless `unjudged` is False),
+    a returned prefix, and -1 or a position for judged candidates past it."""
+    out = []
+    for q in range(draw(st.integers(1, 6))):
+        grades = draw(st.lists(st.integers(0, 3), min_size=1, max_size=8))
+        qrels = {f"d{q}_{i}": g for i, g in enumerate(grades)}
+        in_pool = [doc for doc in qrels if draw(st.booleans())]
+        extra = [f"u{q}_{i}" for i in range(draw(st.integers(0, 8)) if unjudged else 0)]
+        order = draw(st.permutations([*in_pool, *extra] or [next(iter(qrels))]))
+        n = draw(st.integers(1, len(order)))
+        hidden = frozenset(doc for doc in order[n:] if doc in qrels and draw(st.booleans()))
+        out.append(Query(qrels, order, n, hidden))
+    return out
+
+
+def ranks_in(case: Case, orders: list[list[str]]) -> np.ndarray:
+    """Each judged pair's position in its query's list of `orders` (past the returned
+    prefix: not returned)."""
+    where = [{doc: i for i, doc in enumerate(order)} for order in orders]
+    return np.array([where[q][doc] for q, doc in zip(case.judged.search.tolist(),
+                                                     case.pair_ids, strict=True)],
+                    dtype=np.int64)
+
+
+@given(query_lists())
+@settings(max_examples=300, deadline=None)
+def test_agrees_with_pytrec_eval_on_generated_queries(queries: list[Query]) -> None:
+    """Every metric pytrec_eval has, bpref among them, and the condensed-list measures
+    against trec_eval's -J (judged memories only)."""
+    case = build_case(queries)
+    assert disagreements(case, case.ranks) == []
+
+
+BPREF_CASES = {  # qrels, candidates best first, returned prefix, bpref by hand
+    # N = 0: trec_eval's special case, each relevant memory returned counts 1.
+    "no judged non-relevant": ({"a": 1, "b": 2, "c": 1}, ["x", "a", "y", "b", "z"], 5, 2 / 3),
+    # R = 3 > N = 2: the divisor is min(R, N) = 2.
+    "R > N": ({"a": 1, "b": 1, "c": 1, "n": 0, "m": 0}, ["a", "n", "b", "m", "c"], 5,
+              (1 + (1 - 1 / 2) + 0) / 3),
+    # R = 2 < N = 3: the count above b (3) is capped at R.
+    "R < N": ({"a": 1, "b": 1, "n": 0, "m": 0, "o": 0}, ["n", "a", "m", "o", "b"], 5,
+              ((1 - 1 / 2) + (1 - 2 / 2)) / 2),
+    # b is not returned (past the prefix); m, never returned, still counts in N = 2.
+    "unretrieved": ({"a": 1, "b": 1, "n": 0, "m": 0}, ["n", "a", "u", "b", "m"], 3,
+                    (1 - 1 / 2) / 2),
+    # Unjudged memories above and between count for nothing.
+    "unjudged": ({"a": 1, "n": 0}, ["u1", "u2", "a", "u3", "n"], 5, 1.0),
+    "all after a non-relevant": ({"a": 2, "n1": 0, "n2": 0, "n3": 0}, ["n1", "n2", "a"], 3, 0.0),
+    "no relevant memory": ({"n": 0}, ["n", "u"], 2, math.nan),  # trec_eval: 0
+}
+
+
+def test_bpref_by_hand_and_as_trec_eval() -> None:
+    case = build_case([Query(qrels, order, n, frozenset({"b"}) & set(order[n:]))
+                       for qrels, order, n, _ in BPREF_CASES.values()])
+    ours = evaluate(case.judged, case.ranks, [Metric("bpref")], n_returned=case.n_returned)
+    reference = pytrec_eval.RelevanceEvaluator(case.qrels, {"bpref"}).evaluate(case.run)
+    for (name, (*_, expected)), qid, value in zip(BPREF_CASES.items(), case.query_ids,
+                                                  ours["bpref"], strict=True):
+        trec = reference[qid]["bpref"]
+        assert value == pytest.approx(expected, abs=1e-12, nan_ok=True), name
+        assert abs(np.nan_to_num(value) - trec) < 1e-9, (name, value, trec)
+    assert case.judged.n_nonrelevant is not None
+    assert case.judged.n_nonrelevant[3] == 2 and (case.ranks == -1).sum() == 1  # m; b is -1
+
+
+@given(query_lists(), st.data())
+@settings(max_examples=200, deadline=None)
+def test_condensed_measures_match_the_direct_formula_on_many_trials(
+        queries: list[Query], data: st.DataObject) -> None:
+    """T trials at once ((T, N) ranks, one list length per trial and search; the case's
+    own ranking first) against the condensed lists built by hand, trial by trial."""
+    case = build_case(queries)
+    orders = [case.candidates, *([data.draw(st.permutations(order)) for order in case.candidates]
+                                 for _ in range(data.draw(st.integers(0, 9))))]
+    lengths = np.array([case.n_returned, *([data.draw(st.integers(1, len(order)))
+                                            for order in trial] for trial in orders[1:])])
+    ranks = np.array([case.ranks, *(ranks_in(case, trial) for trial in orders[1:])])
+    metrics = [parse_metric(name) for name in ("ndcg'@1", "ndcg'@3", "ndcg'", "P'@1", "P'@3",
+                                               "P'@10")]
+    ours = evaluate(case.judged, ranks, metrics, n_returned=lengths)
+    for t, trial in enumerate(orders):
+        for metric in metrics:
+            expected = [brute_force(case.qrels[qid], trial[q][:lengths[t, q]], metric)
+                        for q, qid in enumerate(case.query_ids)]
+            np.testing.assert_allclose(ours[metric.name][t], expected, rtol=0, atol=1e-12,
+                                       err_msg=f"{metric.name} trial {t}")
+
+
+@given(query_lists(unjudged=False))
+@settings(max_examples=100, deadline=None)
+def test_condensed_equal_the_plain_measures_when_every_candidate_is_judged(
+        queries: list[Query]) -> None:
+    case = build_case(queries)
+    pairs = [(Metric("ndcg", k), Metric("ndcg_condensed", k)) for k in (*CUTOFFS, None)]
+    pairs += [(Metric("precision", k), Metric("precision_condensed", k)) for k in CUTOFFS]
+    out = evaluate(case.judged, case.ranks, [m for pair in pairs for m in pair],
+                   n_returned=case.n_returned)
+    for plain, condensed in pairs:
+        np.testing.assert_allclose(out[condensed.name], out[plain.name], rtol=0, atol=1e-12,
+                                   err_msg=condensed.name)
 
 
 def test_worked_example() -> None:
@@ -232,8 +380,20 @@ def test_judged_from_frames_builds_ideal_from_all_qrels() -> None:
     assert judged.ideal.tolist() == [[0, 0], [3, 2], [3, 2]]
     assert judged.search.tolist() == [0, 1, 1] and judged.grade.tolist() == [0, 2, 0]
     assert judged.n_relevant.tolist() == [0, 2, 2]
+    # bpref's N: qb's m1 for search 0; qa's m2 for searches 1 and 2 (a pair of 1 only).
+    assert judged.n_nonrelevant is not None and judged.n_nonrelevant.tolist() == [1, 1, 1]
     with pytest.raises(ValueError, match="read-only"):
         judged.grade[0] = 1
+
+
+def test_n_nonrelevant_defaults_to_the_grade_0_pairs_and_is_checked() -> None:
+    search, grade, ideal = np.array([0, 0, 1]), np.array([0, 1, 0]), np.array([[1], [0]])
+    default = Judged(search=search, grade=grade, ideal=ideal)
+    assert default.n_nonrelevant is not None and default.n_nonrelevant.tolist() == [1, 1]
+    with pytest.raises(ValueError, match="at least each search's grade-0 pairs"):
+        Judged(search=search, grade=grade, ideal=ideal, n_nonrelevant=np.array([0, 1]))
+    with pytest.raises(ValueError, match=r"shape \(2,\), got shape \(3,\)"):
+        Judged(search=search, grade=grade, ideal=ideal, n_nonrelevant=np.array([1, 1, 1]))
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -278,6 +438,14 @@ def test_evaluate_rejects_mismatched_shapes() -> None:
     ("map_cut_10", "map@10", "map_at_10"), ("hit@10", "hit@10", "hit_at_10"),
     ("success@10", "hit@10", "hit_at_10"), ("success_1", "hit@1", "hit_at_1"),
     ("judged@10", "judged@10", "judged_at_10"), (" MAP ", "map", "map"), ("AP", "map", "map"),
+    ("bpref", "bpref", "bpref"), ("BPREF", "bpref", "bpref"),
+    ("ndcg_condensed@10", "ndcg_condensed@10", "ndcg_condensed_at_10"),
+    ("ndcg'@10", "ndcg_condensed@10", "ndcg_condensed_at_10"),
+    ("nDCG'_cut_10", "ndcg_condensed@10", "ndcg_condensed_at_10"),
+    ("ndcg'", "ndcg_condensed", "ndcg_condensed"),
+    ("precision_condensed@5", "precision_condensed@5", "precision_condensed_at_5"),
+    ("P'@5", "precision_condensed@5", "precision_condensed_at_5"),
+    ("P'_5", "precision_condensed@5", "precision_condensed_at_5"),
 ])
 def test_parse_metric(text: str, name: str, key: str) -> None:
     metric = parse_metric(text)
@@ -288,7 +456,10 @@ def test_parse_metric(text: str, name: str, key: str) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("ndcg@0", r"metric 'ndcg@0': Metric.k must be an integer >= 1"),
     ("precision", r"metric 'precision': precision needs a cutoff k, e.g. precision@10"),
-    ("bpref", r"unknown metric 'bpref'; accepted: ndcg\[@K\]; ndcg_exp\[@K\]; recall"),
+    ("infAP", r"unknown metric 'infAP'; accepted: ndcg\[@K\]; ndcg_exp\[@K\]; recall"),
+    ("bpref@10", r"metric 'bpref@10': bpref takes no cutoff"),
+    ("P'", r"metric \"P'\": precision_condensed needs a cutoff k"),
+    ("ndcg''@10", r"unknown metric"),
     ("ndcg@ten", r"unknown metric 'ndcg@ten'"),
     ("", r"unknown metric ''"),
 ])
