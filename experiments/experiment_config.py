@@ -331,11 +331,11 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
     _choice("replay.policy", replay.policy, POLICY_NAMES)
     engine = replayable_engine(engine_dict, replay)
     metrics = _section(MetricsSection, raw.get("metrics"), "metrics")
-    for metric in (*metrics.names, metrics.primary):
-        try:
-            parse_metric(metric)
-        except ValueError as exc:
-            raise ExperimentError(f"metrics: {exc}") from None
+    try:  # canonical names ("P_10" -> "precision@10"): the tables' columns use them
+        metrics = replace(metrics, names=tuple(parse_metric(m).name for m in metrics.names),
+                          primary=parse_metric(metrics.primary).name)
+    except ValueError as exc:
+        raise ExperimentError(f"metrics: {exc}") from None
     if metrics.primary not in metrics.names:
         raise ExperimentError(f"metrics.primary {metrics.primary!r} must be one of "
                               f"metrics.names {list(metrics.names)}")
@@ -376,6 +376,12 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         tune = replace(tune, ranges=ranges)
     if tune.trials < 1 or tune.workers < 1:
         raise ExperimentError("tune.trials and tune.workers must be >= 1")
+    try:
+        tune = replace(tune, objectives=tuple(
+            "/".join([parse_metric(o.split("/")[0]).name, *o.split("/")[1:]])
+            for o in tune.objectives))
+    except ValueError as exc:
+        raise ExperimentError(f"tune.objectives: {exc}") from None
     for objective in tune.objectives:
         metric = objective.split("/")[0]
         if metric not in metrics.names:
