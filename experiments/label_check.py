@@ -29,7 +29,7 @@ from scipy import stats
 from msprlab.datasets.trec import read_qrels
 
 from . import pipeline as P
-from .exits import EXIT_BAD_INPUT, EXIT_OK, print_error
+from .exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
 from .experiment_config import ExperimentConfig, load_experiment
 from .replay import CandidateTable
 from .tables import fmt
@@ -107,6 +107,10 @@ def _run(cfg: ExperimentConfig, root: Path, truth_path: Path, console: Console) 
                       *(fmt(verdict_means[m].get(arm)) for m in scored + judged))  # type: ignore[union-attr]
     console.print(table)
     for res in results:
+        if math.isnan(res["tau"]):  # type: ignore[arg-type]
+            console.print(f"{res['metric']} on verdicts gives every arm the same value (or one "
+                          "arm only): it cannot order the arms", highlight=False)
+            continue
         console.print(f"{res['metric']} on verdicts vs {primary} on the truth: Kendall's tau-b "
                       f"{res['tau']:.3f} over {len(res['arms'])} arms (target >= 0.8); "  # type: ignore[arg-type]
                       f"Pearson r of the changes against off {res['delta_r']:.3f}",
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="TREC qrels of the world, keyed by query hash")
     parser.add_argument("--root", type=Path, default=Path("."))
     args = parser.parse_args(argv)
-    console = Console()
+    console = stdout_console()
     try:
         cfg = load_experiment(args.experiment)
         if cfg.dataset.labels != "verdicts":
