@@ -246,11 +246,25 @@ def memory_config(work: Path, *, dims: int) -> dict[str, Any]:
     }
 
 
-def isolate_library(home: Path) -> None:
-    """Telemetry off and the library's home folder (its telemetry store) in `home`. Both
-    are read when the library is first imported, so call this before."""
+@contextmanager
+def library_home(home: Path) -> Iterator[None]:
+    """Telemetry off, and the library's home folder (where `Memory` puts its telemetry
+    store, a Qdrant local folder it locks) in `home` for the run. The library reads
+    `OUTHAD_CONTEXTKIT_DIR` once, at its first import, and `memory.main` keeps it as a
+    module name, so that name is swapped too: two runs in one process, or two processes
+    at once, each get their own folder."""
     os.environ["OUTHAD_CONTEXTKIT_TELEMETRY"] = "false"
+    saved = os.environ.get("OUTHAD_CONTEXTKIT_DIR")
     os.environ["OUTHAD_CONTEXTKIT_DIR"] = str(home)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        with _swapped(load_library_module("memory.main"), "outhad_contextkit_dir", str(home)):
+            yield
+    finally:
+        if saved is None:
+            os.environ.pop("OUTHAD_CONTEXTKIT_DIR", None)
+        else:
+            os.environ["OUTHAD_CONTEXTKIT_DIR"] = saved
 
 
 def close_memory(memory: Any) -> None:
