@@ -279,12 +279,23 @@ def close_memory(memory: Any) -> None:
     gc.collect()  # the SQLite stores open a connection per call and never close it
 
 
+def remove_entries(out: Path, names: tuple[str, ...]) -> None:
+    """Delete these files or folders of `out` where they exist; the rest stays."""
+    for name in names:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
 def copy_artifacts(work: Path, graph_file: Path, out: Path) -> None:
-    """Copy the run's artifacts from `work` into `out` (emptied first): the SQLite stores
-    with their WAL folded in, the graph export, the Qdrant folder without its `.lock`."""
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    """Copy the run's artifacts from `work` into `out`, replacing earlier ones (other
+    files in `out` stay): the SQLite stores with their WAL folded in, the graph export,
+    the Qdrant folder without its `.lock`."""
+    out.mkdir(parents=True, exist_ok=True)
+    remove_entries(out, (*ARTIFACT_FILES, *(f"{db}-{x}" for db in ARTIFACT_FILES[:2]
+                                            for x in ("wal", "shm"))))
     for name in ("feedback_events.db", "query_success.db"):
         checkpointed_copy(work / name, out / name)
     shutil.copyfile(graph_file, out / "context_graph.jsonl")

@@ -108,6 +108,7 @@ from ._contextkit_standins import (
     library_home,
     load_library_module,
     memory_config,
+    remove_entries,
 )
 from .exits import EXIT_BAD_INPUT, EXIT_OK, BadInput, print_error
 
@@ -118,6 +119,8 @@ LIBRARY = "outhad-contextkitai"
 LOCOMO_CONVERSATIONS = 10
 USAGE_DELAY = timedelta(days=1)  # the usage period starts a day after the last turn
 EXPORT_DELAY = timedelta(minutes=1)  # the graph is exported a minute after the last event
+# What a run writes besides the library's artifacts (other files in DIR are kept).
+WORLD_FILES = ("world.json", "truth")
 # The shown ranking's grades are LoCoMo's binary evidence: 0 or 1.
 MAX_GRADE = 1
 _REPO = Path(__file__).resolve().parents[1]
@@ -469,7 +472,8 @@ def _quiet_library() -> Iterator[None]:
 
 def generate_world(out: Path, settings: WorldSettings, *,
                    progress: Progress | None = None) -> dict[str, Any]:
-    """Make the world in `out` (replaced if it exists); return world.json's content.
+    """Make the world in `out`, replacing an earlier world there (other files in `out`
+    stay); return world.json's content.
 
     Stages reported: "embedding", "adding memories", "usage period", "export".
     """
@@ -512,6 +516,7 @@ def generate_world(out: Path, settings: WorldSettings, *,
             finally:
                 close_memory(memory)
         del memory
+        remove_entries(out, WORLD_FILES)
         copy_artifacts(work, graph_file, out)
     _check_rows(out, tally)
     qrels = _write_truth(out, world, ids, log, tally)
@@ -584,7 +589,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="only the first S sessions of each conversation, and only the "
                              "questions whose evidence lies in them (default: all sessions)")
     parser.add_argument("--searches", type=int, default=1000, metavar="N",
-                        help="searches in the usage period (default 1000: about 300 "
+                        help="searches in the usage period (default 1000: about 400 "
                              "verdicts on two whole conversations)")
     parser.add_argument("--seed", type=int, default=0, metavar="S",
                         help="seeds the question stream, the clicks and verdicts and which "
@@ -592,7 +597,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-query-share", type=float, default=0.03, metavar="F",
                         help="share of verdicts recorded without query= (default 0.03)")
     parser.add_argument("--replace", action="store_true",
-                        help="overwrite DIR if it holds a world this command wrote")
+                        help="overwrite the world in DIR (one with world.json); other "
+                             "files there, such as a README, are kept")
     return parser
 
 
