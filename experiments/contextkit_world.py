@@ -447,6 +447,16 @@ def _relative(config: Any, work: Path) -> Any:
     return config
 
 
+def _config_json(config: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The `Memory.from_config` dict as world.json shows it: paths under `<work>`, and a
+    note on the two parts the library builds but the run never uses as configured."""
+    shown = _relative(config, work)
+    shown["embedder"]["replaced_by"] = ("LookupEmbedder over msprlab's WordLlamaEmbedder "
+                                        "(see embedder); the library's is never called")
+    shown["llm"]["note"] = "never called: every add is infer=False"
+    return shown
+
+
 def _scratch() -> str | None:
     """Where the run's work folder goes: a RAM folder when there is one. The library's
     stores commit every write (Qdrant local, the history, feedback and success SQLite
@@ -531,7 +541,7 @@ def generate_world(out: Path, settings: WorldSettings, *,
             "usage_start": min(s.ts for s in log).isoformat(),
             "exported_at": exported_at.isoformat(),
             "collection": COLLECTION,
-            "memory_config": _relative(config, work),
+            "memory_config": _config_json(config, work),
         },
         "embedder": _embedder_info(wordllama),
         "counts": {
