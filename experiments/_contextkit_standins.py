@@ -170,11 +170,6 @@ class CountingIds:
         return uuid.UUID(int=(0x5EED << 64) | self.count, version=4)
 
 
-def counted_id(n: int) -> str:
-    """The memory id `CountingIds` gives the n-th memory."""
-    return str(uuid.UUID(int=(0x5EED << 64) | n, version=4))
-
-
 def load_library_module(name: str) -> ModuleType:
     """`outhad_contextkit.<name>`."""
     return importlib.import_module(f"outhad_contextkit.{name}")

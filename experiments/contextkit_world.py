@@ -199,6 +199,8 @@ class _Locomo:
     # hash_query of a question -> LoCoMo memory ids: the evidence of every question with
     # that text (LoCoMo repeats a few questions; the library cannot tell them apart)
     evidence: dict[str, set[str]]
+    first: datetime  # the first and the last turn's time
+    last: datetime
 
 
 def _locomo(conversations: int, sessions: int | None) -> _Locomo:
@@ -227,7 +229,8 @@ def _locomo(conversations: int, sessions: int | None) -> _Locomo:
     evidence: dict[str, set[str]] = {}
     for query_id, text in questions.select("query_id", "text").iter_rows():
         evidence.setdefault(str(hash_query(text)), set()).update(by_id.get(query_id, ()))
-    return _Locomo(chosen, turns, questions, evidence)
+    times: list[datetime] = turns["created_at"].to_list()
+    return _Locomo(chosen, turns, questions, evidence, min(times), max(times))
 
 
 # ---- the embedder stand-in ---------------------------------------------------------------
@@ -317,7 +320,7 @@ def _use(memory: Any, clock: Clock, world: _Locomo, ids: dict[str, str],
          settings: WorldSettings, report: Progress) -> tuple[list[_Search], _Tally]:
     """The usage period: searches, clicks and verdicts, in time order."""
     stream_seed, users_seed, query_seed = np.random.SeedSequence(settings.seed).spawn(3)
-    start_us = to_us(world.turns["created_at"].max() + USAGE_DELAY)  # type: ignore[operator]
+    start_us = to_us(world.last + USAGE_DELAY)
     questions = world.questions
     answerable = np.full(questions.height, float(start_us))
     picks, times = draw_stream(np.random.default_rng(stream_seed), answerable,
@@ -450,7 +453,7 @@ def _relative(config: Any, work: Path) -> Any:
 def _config_json(config: dict[str, Any], work: Path) -> dict[str, Any]:
     """The `Memory.from_config` dict as world.json shows it: paths under `<work>`, and a
     note on the two parts the library builds but the run never uses as configured."""
-    shown = _relative(config, work)
+    shown: dict[str, Any] = _relative(config, work)
     shown["embedder"]["replaced_by"] = ("LookupEmbedder over msprlab's WordLlamaEmbedder "
                                         "(see embedder); the library's is never called")
     shown["llm"]["note"] = "never called: every add is infer=False"
@@ -506,7 +509,7 @@ def generate_world(out: Path, settings: WorldSettings, *,
                                                        dir=_scratch()) as tmp:
         work = Path(tmp)
         config = memory_config(work, dims=embedder.config.embedding_dims)
-        clock = Clock(world.turns["created_at"].min())  # type: ignore[arg-type]
+        clock = Clock(world.first)
         with library_home(work / "home"), frozen_library(clock):
             _check_hashes(world)
             memory = load_library_module("memory.main").Memory.from_config(config)
