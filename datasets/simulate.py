@@ -81,8 +81,8 @@ from .timeline import (
     unit_rows,
 )
 
-__all__ = ["SeedsFn", "complete_events", "memory_events", "order_events", "simulate_log",
-           "token_incidence"]
+__all__ = ["SeedsFn", "SimulatedUsers", "complete_events", "draw_stream", "memory_events",
+           "order_events", "simulate_log", "token_incidence"]
 
 SeedsFn = Callable[[str], Sequence[tuple[str, float]]]
 
@@ -129,11 +129,11 @@ def order_events(events: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---- the query stream ---------------------------------------------------------------------
-def _draw_stream(rng: np.random.Generator, answerable_us: npt.NDArray[np.float64],
+def draw_stream(rng: np.random.Generator, answerable_us: npt.NDArray[np.float64],
                  n_searches: int, zipf_s: float, start_us: int,
                  mean_gap_seconds: float) -> tuple[npt.NDArray[np.int64],
                                                    npt.NDArray[np.int64]]:
-    """Query rows and earliest times of the searches.
+    """Query rows and earliest times of the searches (microseconds, naive UTC).
 
     Each query is asked as a Poisson process of rate proportional to its Zipf weight from
     the moment it is answerable; the total rate, once every query is, is one search per
@@ -232,10 +232,10 @@ def simulate_log(
                          f"({to_datetime(int(first))}); pass a later start or None")
 
     rng = np.random.default_rng(seed)
-    picks, times = _draw_stream(rng, corpus.answerable_us, n_searches, float(zipf_s),
+    picks, times = draw_stream(rng, corpus.answerable_us, n_searches, float(zipf_s),
                                 start_us, float(mean_gap_seconds))
     variants = rng.choice(len(_VARIANTS), size=n_searches, p=_VARIANT_P)
-    users = _Users(click_model, verdicts, rng)
+    users = SimulatedUsers(click_model, verdicts, rng)
     log = _replay(dataset, corpus, new_state(logging_config), vectors, seeds_fn, users,
                   [(int(q), int(t), int(v)) for q, t, v in zip(picks, times, variants,
                                                                 strict=True)], limit)
@@ -293,8 +293,9 @@ def _query_embeddings(ds: Dataset, corpus: Corpus,
 
 
 @dataclass(frozen=True)
-class _Users:
-    """The simulated users: clicks, then verdicts, drawn from one generator."""
+class SimulatedUsers:
+    """The simulated users: clicks, then verdicts, drawn from one generator (also what
+    `experiments.contextkit_world` shows the library's rankings to)."""
 
     clicks: ClickModel
     verdicts: VerdictModel
@@ -310,7 +311,7 @@ class _Users:
 
 def _replay(ds: Dataset, corpus: Corpus, state: EngineState,
             vectors: npt.NDArray[np.float64] | None, seeds_fn: SeedsFn | None,
-            users: _Users, stream: list[tuple[int, int, int]], limit: int) -> _Log:
+            users: SimulatedUsers, stream: list[tuple[int, int, int]], limit: int) -> _Log:
     """The closed loop: (query row, earliest time, variant) per search, in order."""
     timeline = Timeline(ds, corpus, state)
     mspr = state.config.mspr
