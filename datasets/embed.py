@@ -9,6 +9,7 @@ such a row 0 against everything.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -133,6 +134,21 @@ class TfidfSvdEmbedder:
         return normalize_rows(out)
 
 
+def _import_wordllama() -> tuple[Any, Any]:
+    """wordllama and its model registry. Its import calls `logging.basicConfig(level=INFO)`
+    on the root logger, which would print every library's INFO lines (LoCoMo's loader
+    notes) on the user's terminal: the root logger's handlers and level are put back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        import wordllama
+        from wordllama.config import WordLlamaModels
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return wordllama, WordLlamaModels
+
+
 class WordLlamaEmbedder:
     """WordLlama static token embeddings, average-pooled (PyPI `wordllama`, weights shipped).
 
@@ -151,8 +167,7 @@ class WordLlamaEmbedder:
         self.dim = _positive_int(dim, what="WordLlamaEmbedder.dim")
         self.batch_size = _positive_int(batch_size, what="WordLlamaEmbedder.batch_size")
         try:
-            import wordllama
-            from wordllama.config import WordLlamaModels
+            wordllama, WordLlamaModels = _import_wordllama()
         except ImportError as e:
             raise ImportError("WordLlamaEmbedder requires wordllama, a dependency of "
                               "msprlab: reinstall it (make setup, or pip install -e .)") from e

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import socket
+import logging
 import sys
 import types
 
@@ -220,3 +221,15 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(embed)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_wordllama_leaves_the_root_logger_alone():
+    # wordllama's import configures the root logger at INFO; a fresh process shows whether
+    # msprlab undoes it (otherwise every INFO line of every library reaches the terminal).
+    import subprocess
+    code = ("import logging; from msprlab.datasets.embed import make_embedder; "
+            "make_embedder('wordllama'); root = logging.getLogger(); "
+            "print(len(root.handlers), root.level)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["0", str(logging.WARNING)]
