@@ -27,14 +27,16 @@ from rich.table import Table
 from scipy import stats
 
 from msprlab.datasets.trec import read_qrels
+from msprlab.engine import EngineConfig
 
 from . import pipeline as P
 from .exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
-from .experiment_config import ExperimentConfig, load_experiment
+from .experiment_config import ExperimentConfig, judged_metric, load_experiment
+from .metrics import parse_metric
 from .replay import CandidateTable
 from .tables import fmt
 
-__all__ = ["agreement", "truth_prepared", "with_truth"]
+__all__ = ["agreement", "summaries", "truth_prepared", "with_truth"]
 
 
 def with_truth(table: CandidateTable, truth: pl.DataFrame) -> CandidateTable:
@@ -59,62 +61,79 @@ def truth_prepared(prepared: P.Prepared, truth: pl.DataFrame) -> P.Prepared:
 
 
 def agreement(truth: pl.DataFrame, verdicts: pl.DataFrame, *, metric: str,
-              truth_metric: str, unit: str = "query") -> dict[str, object]:
-    """Kendall's tau-b of the arm orders and Pearson's r of the changes against `off`,
-    `verdicts`' `metric` against `truth`'s `truth_metric` (ladder summaries, overall)."""
-    def means(summary: pl.DataFrame, name: str) -> dict[str, float]:
-        rows = summary.filter(pl.col("metric") == name, pl.col("group_by") == "overall",
-                              pl.col("unit") == unit)
-        return dict(zip(rows["arm"], rows["mean"], strict=True))
-    a, b = means(truth, truth_metric), means(verdicts, metric)
-    arms = [arm for arm in a if arm in b]
+              truth_metric: str, arms: list[str], unit: str = "query") -> dict[str, object]:
+    """Kendall's tau-b of the orders of `arms` and Pearson's r of their changes against
+    `off`: `verdicts`' `metric` against `truth`'s `truth_metric` (summaries, overall)."""
+    a, b = _means(truth, truth_metric, unit), _means(verdicts, metric, unit)
+    arms = [arm for arm in arms if arm in a and arm in b]
     x, y = np.array([a[arm] for arm in arms]), np.array([b[arm] for arm in arms])
-    tau = stats.kendalltau(x, y).statistic if len(arms) > 1 else math.nan
+    tau = stats.kendalltau(x, y).statistic if len(arms) > 1 and np.ptp(y) > 0 else math.nan
     r = math.nan
     if "off" in arms and len(arms) > 2:
         dx = np.array([a[arm] - a["off"] for arm in arms if arm != "off"])
         dy = np.array([b[arm] - b["off"] for arm in arms if arm != "off"])
         if dx.std() > 0 and dy.std() > 0:
             r = float(stats.pearsonr(dx, dy).statistic)
-    return {"metric": metric, "arms": arms, "truth": a, "verdicts": b,
-            "tau": float(tau), "delta_r": r}
+    return {"metric": metric, "arms": arms, "tau": float(tau), "delta_r": r}
+
+
+def _means(summary: pl.DataFrame, metric: str, unit: str) -> dict[str, float]:
+    rows = summary.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
+                          pl.col("unit") == unit)
+    return dict(zip(rows["arm"], rows["mean"], strict=True))
+
+
+def summaries(cfg: ExperimentConfig, prepared: P.Prepared,
+              ladder: dict[str, EngineConfig]) -> pl.DataFrame:
+    """The ladder's arms and the BM25 and dense references on the test window, under the
+    labels `prepared` carries (the pool in ideal order reads the labels: left out)."""
+    from .references import reference_frame, reference_runs
+    result = P.ablate(cfg, prepared, ladder)
+    table = P.window_table(prepared, "off" if "off" in ladder else next(iter(ladder)), "test")
+    metrics = [parse_metric(m) for m in cfg.metrics.names]
+    frames = {f"reference:{run.name}": reference_frame(table, run, metrics)
+              for run in reference_runs(prepared.dataset, table) if run.name != "pool-ideal"}
+    return pl.concat([result.summary, P.summarize(frames, cfg)], how="diagonal_relaxed")
 
 
 def _run(cfg: ExperimentConfig, root: Path, truth_path: Path, console: Console) -> int:
     truth = read_qrels(truth_path)
     store = P.prepare_store(cfg, root)
-    arms = P.experiment_arms(cfg, ablation=True)
-    prepared = P.tables(cfg, store, arms.ladder)
-    on_verdicts = P.ablate(cfg, prepared, arms.ladder)
-    on_truth = P.ablate(cfg, truth_prepared(prepared, truth), arms.ladder)
+    ladder = P.experiment_arms(cfg, ablation=True).ladder
+    prepared = P.tables(cfg, store, ladder)
+    on_verdicts = summaries(cfg, prepared, ladder)
+    on_truth = summaries(cfg, truth_prepared(prepared, truth), ladder)
     primary = cfg.metrics.primary
-    judged = [m for m in cfg.metrics.names if m.startswith("judged")]
-    scored = [m for m in cfg.metrics.names if not m.startswith("judged")]
+    judged = judged_metric(cfg.metrics.names)
+    scored = [m for m in cfg.metrics.names if m != judged]
+    shown = scored + ([judged] if judged else [])
+    every = list(dict.fromkeys(on_truth.filter(pl.col("unit") == "query")["arm"]))
     table = Table(title=f"feedback labels against the truth, test window, per query "
                         f"({prepared.labels.occurrences:,} verdict searches; truth: "
-                        f"{truth_path})", title_justify="left")
-    table.add_column("arm")
-    table.add_column(f"truth {primary}", justify="right")
-    for m in scored + judged:
-        table.add_column(f"verdicts {m}", justify="right")
-    results = [agreement(on_truth.summary, on_verdicts.summary, metric=m,
-                         truth_metric=primary) for m in scored]
-    verdict_means = {m: agreement(on_truth.summary, on_verdicts.summary, metric=m,
-                                  truth_metric=primary)["verdicts"] for m in scored + judged}
-    truth_means = results[0]["truth"]
-    for arm in arms.ladder:
-        table.add_row(arm, fmt(truth_means.get(arm)),  # type: ignore[union-attr]
-                      *(fmt(verdict_means[m].get(arm)) for m in scored + judged))  # type: ignore[union-attr]
+                        f"{truth_path})", title_justify="left", caption=(
+                  "reference:bm25 and reference:dense rank every memory the searcher can "
+                  "see, not MSPR's pool: where their judged share is far below the ladder's, "
+                  "verdicts cannot score them"), caption_justify="left")
+    for column in ("arm", f"truth {primary}", *(f"verdicts {m}" for m in shown)):
+        table.add_column(column, justify="left" if column == "arm" else "right")
+    truth_means = _means(on_truth, primary, "query")
+    verdict_means = {m: _means(on_verdicts, m, "query") for m in shown}
+    for arm in every:
+        table.add_row(arm, fmt(truth_means.get(arm)),
+                      *(fmt(verdict_means[m].get(arm)) for m in shown))
     console.print(table)
-    for res in results:
-        if math.isnan(res["tau"]):  # type: ignore[arg-type]
-            console.print(f"{res['metric']} on verdicts gives every arm the same value (or one "
-                          "arm only): it cannot order the arms", highlight=False)
-            continue
-        console.print(f"{res['metric']} on verdicts vs {primary} on the truth: Kendall's tau-b "
-                      f"{res['tau']:.3f} over {len(res['arms'])} arms (target >= 0.8); "  # type: ignore[arg-type]
-                      f"Pearson r of the changes against off {res['delta_r']:.3f}",
-                      highlight=False)
+    for name, arms in (("the ladder's arms", list(ladder)), ("the arms and references", every)):
+        for metric in scored:
+            res = agreement(on_truth, on_verdicts, metric=metric, truth_metric=primary,
+                            arms=arms)
+            if math.isnan(res["tau"]):  # type: ignore[arg-type]
+                console.print(f"{name}: {metric} on verdicts gives every arm the same value: "
+                              "it cannot order them", highlight=False)
+                continue
+            console.print(f"{name}: {metric} on verdicts vs {primary} on the truth: "
+                          f"Kendall's tau-b {res['tau']:.3f} over {len(res['arms'])} "  # type: ignore[arg-type]
+                          f"(target >= 0.8); Pearson r of the changes against off "
+                          f"{res['delta_r']:.3f}", highlight=False)
     return EXIT_OK
 
 
