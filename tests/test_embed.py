@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import doctest
-import socket
 import logging
+import socket
 import sys
 import types
 
