@@ -17,7 +17,7 @@ import polars as pl
 
 __all__ = ["ALPHA", "FUNNEL_HEADER", "LOW_SUPPORT_MARK", "ComparisonRow", "comparison_rows",
            "explain", "fmt", "fmt_ci", "fmt_delta", "fmt_p", "fmt_pct", "funnel_explain",
-           "funnel_rows", "group_label", "label_note", "label_source", "methods",
+           "funnel_rows", "group_label", "judged_line", "label_note", "label_source", "methods",
            "primary_metric", "side_effect_rows", "significance"]
 
 ALPHA = 0.05
@@ -139,6 +139,27 @@ def label_source(provenance: dict[str, Any] | None) -> str:
 def label_note(provenance: dict[str, Any] | None) -> str | None:
     """For verdict labels: what the derivation counted and the bias, one paragraph."""
     return ((provenance or {}).get("labels") or {}).get("note")
+
+
+def judged_line(*comparisons: pl.DataFrame | None) -> str | None:
+    """The judged share of each arm's top K, per query, from the comparisons' judged@K rows
+    (`off` as their base, every arm as its own): printed beside verdict-labelled figures,
+    None when no judged@K was measured."""
+    shares: dict[str, float] = {}
+    name = None
+    for frame in comparisons:
+        if frame is None or not frame.height:
+            continue
+        rows = frame.filter(pl.col("metric").str.starts_with("judged@"),
+                            pl.col("group_by") == "overall")
+        for r in rows.iter_rows(named=True):
+            name = r["metric"]
+            shares.setdefault("off", r["mean_base"])
+            shares.setdefault(r["arm"], r["mean_arm"])
+    if name is None:
+        return None
+    return (f"Judged share of each arm's top {name.split('@')[1]} ({name}, per query): "
+            + ", ".join(f"{arm} {fmt_pct(v)}" for arm, v in shares.items()) + ".")
 
 
 def explain(labels: str) -> str:

@@ -31,6 +31,7 @@ from ._format import (
     funnel_explain,
     funnel_rows,
     group_label,
+    judged_line,
     label_note,
     label_source,
     methods,
@@ -324,6 +325,8 @@ def render_html(results: Results) -> str:
         low_mark=LOW_SUPPORT_MARK, min_support=min_support,
         explain=explain(label_source(results.provenance)),
         label_note=label_note(results.provenance),
+        judged=judged_line(results.ablation_comparison, results.test_comparison)
+        if label_note(results.provenance) else None,
         missing=results.missing,
         glance=_glance(results, primary, view), test=_test(results, primary),
         ablation=_ablation(results, primary), funnel=_funnel(results, primary),

@@ -24,6 +24,7 @@ from ._format import (
     fmt_delta,
     funnel_explain,
     funnel_rows,
+    judged_line,
     label_note,
     label_source,
     methods,
@@ -211,6 +212,8 @@ def render_markdown(results: Results) -> str:
            "of the time split unless marked train.", ""]
     if note := label_note(results.provenance):
         out += [note + ".", ""]
+        if line := judged_line(results.ablation_comparison, results.test_comparison):
+            out += [line, ""]
     if results.missing:
         out += ["Not in this bundle: " + ", ".join(f"`{m}`" for m in results.missing) + ".",
                 ""]

@@ -180,3 +180,4 @@ def test_run_on_contextkit_artifacts_scores_on_verdicts(tmp_path, capsys) -> Non
     summary = " ".join(render_markdown(load_bundle(bundle)).split())
     assert "Labels: feedback verdicts; n counts distinct questions" in summary
     assert "labels: 5 feedback verdicts" in summary and "the dataset's qrels" not in summary
+    assert "Judged share of each arm's top 10 (judged@10, per query): off 62.5%" in summary
