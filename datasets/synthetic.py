@@ -58,6 +58,7 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 import polars as pl
+from scipy import sparse
 
 from msprlab.engine.config import EdgesConfig, RetrievalConfig
 
@@ -524,14 +525,23 @@ def _reach(spec: SyntheticSpec, memories: pl.DataFrame, edges: pl.DataFrame,
     w = np.clip(live["weight"].to_numpy(), 0.0, 1.0)
     keep = (w >= retrieval.edge_weight_floor) & (a != b)
     n = memories.height
-    weights = np.zeros((n, n))
-    np.maximum.at(weights, (a[keep], b[keep]), w[keep])
-    weights = np.maximum(weights, weights.T)  # traversal is undirected
+    # Sparse, not an n x n array (500 GB at 250k memories): each query only reads its
+    # owner's block. Traversal is undirected: both directions, the heavier parallel edge.
+    both = pl.DataFrame({"a": np.concatenate([a[keep], b[keep]]),
+                         "b": np.concatenate([b[keep], a[keep]]),
+                         "w": np.concatenate([w[keep], w[keep]])}).group_by("a", "b").agg(
+        pl.col("w").max())
+    weights = sparse.csr_matrix((both["w"].to_numpy(), (both["a"].to_numpy(),
+                                                        both["b"].to_numpy())), shape=(n, n))
     reach = np.zeros(cosine.shape)
     seeds = np.argsort(-cosine, axis=1, kind="stable")[:, :retrieval.seed_top_k]
     np.put_along_axis(reach, seeds, 1.0, axis=1)
+    blocks: dict[bytes, npt.NDArray[np.float64]] = {}  # one per owner: queries share it
     for query in range(cosine.shape[0]):
-        local = weights[np.ix_(rows[query], rows[query])]
+        key = rows[query].tobytes()
+        if key not in blocks:
+            blocks = {key: weights[rows[query]][:, rows[query]].toarray()}
+        local = blocks[key]
         level = reach[query].copy()
         for _ in range(retrieval.expansion_depth):
             level = np.maximum(level, (level[:, None] * local).max(axis=0))

@@ -221,3 +221,37 @@ def test_planted_signals_follow_their_documented_definitions(generated) -> None:
                         expected[c] = max(expected[c], w * w2)
         got = dict(part.select("memory_id", "graph").iter_rows())
         assert got == pytest.approx(expected, abs=1e-12), qid
+
+
+def test_reach_on_the_sparse_graph_equals_the_dense_walk() -> None:
+    """`_reach` keeps the graph sparse (an n x n array would not fit at 250k memories):
+    against the dense walk written out here, on a world with parallel and reverse edges."""
+    from msprlab.datasets.synthetic import _reach
+    from msprlab.engine.config import RetrievalConfig
+    spec = SyntheticSpec(n_users=3, memories_per_user=20, queries_per_user=2)
+    ds, _ = generate_synthetic(spec, seed=5)
+    ids = ds.memories["memory_id"].to_list()
+    rng = np.random.default_rng(0)
+    extra = ds.edges.sample(n=10, seed=1).with_columns(  # reverse copies, other weights
+        src=pl.col("dst"), dst=pl.col("src"), weight=pl.Series(rng.uniform(0, 1, 10)))
+    edges = pl.concat([ds.edges, extra])
+    per_user = spec.memories_per_user
+    rows = np.repeat(np.arange(spec.n_users) * per_user, spec.queries_per_user)[:, None] + \
+        np.arange(per_user)
+    cosine = rng.uniform(-1, 1, rows.shape)
+    index = {m: i for i, m in enumerate(ids)}
+    retrieval = RetrievalConfig()
+    dense = np.zeros((len(ids), len(ids)))
+    for s, d, w in edges.select("src", "dst", "weight").iter_rows():
+        w = min(max(w, 0.0), 1.0)
+        if w >= retrieval.edge_weight_floor and s != d:
+            a, b = index[s], index[d]
+            dense[a, b] = dense[b, a] = max(dense[a, b], w)
+    want = np.zeros(cosine.shape)
+    seeds = np.argsort(-cosine, axis=1, kind="stable")[:, :retrieval.seed_top_k]
+    np.put_along_axis(want, seeds, 1.0, axis=1)
+    for q in range(cosine.shape[0]):
+        local = dense[np.ix_(rows[q], rows[q])]
+        for _ in range(retrieval.expansion_depth):
+            want[q] = np.maximum(want[q], (want[q][:, None] * local).max(axis=0))
+    np.testing.assert_array_equal(_reach(spec, ds.memories, edges, cosine, rows), want)
