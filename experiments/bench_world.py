@@ -1,0 +1,187 @@
+"""A production-sized world end to end: generate, ingest, replay, the ladder, 300 trials.
+
+    python -m msprlab.experiments.bench_world [--users 500] [--memories 500] [--searches 10000]
+
+The synthetic generator (`datasets/synthetic.py`, the one behind `synthetic.toml`) scaled
+to `users` x `memories` memories (500 x 500 = 250k by default) with `searches` logged
+searches and their simulated feedback, then the stages an experiment runs, each timed with
+its peak resident memory (the process's high-water mark, reset before each stage through
+/proc/self/clear_refs where the kernel allows it; otherwise it is the peak so far, and the
+table says so). Targets (issue 25): end to end under 5 minutes and under 4 GB on a 2-core,
+24 GB machine; these are absolute figures on a shared machine, so read them with the load
+the run reports beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from msprlab.experiments.exits import stdout_console
+
+__all__ = ["Stage", "run_world", "world_definition"]
+
+
+@dataclass
+class Stage:
+    name: str
+    seconds: float
+    peak_mb: float
+    note: str = ""
+
+
+def _reset_peak() -> bool:
+    """Reset the process's RSS high-water mark (Linux >= 4.0); False where it cannot."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _timed(stages: list[Stage], name: str, work: Callable[[], Any], note: str = "") -> Any:
+    print(f"stage: {name} ...", file=sys.stderr, flush=True)  # where a long run is
+    reset = _reset_peak()
+    started = time.perf_counter()
+    out = work()
+    stages.append(Stage(name, time.perf_counter() - started, _peak_mb(),
+                        note if reset else (note + "; peak so far").lstrip("; ")))
+    return out
+
+
+def world_definition(users: int, memories: int, searches: int, trials: int) -> str:
+    """The experiment: synthetic.toml's ranker and ladder on the scaled world."""
+    return f"""
+name = "world-{users}x{memories}"
+seed = 11
+[dataset]
+source = "synthetic"
+store = "runs/world.duckdb"
+searches = {searches}
+click_model = "pbm"
+seed = 3
+users = {users}
+memories_per_user = {memories}
+queries_per_user = 8
+[split]
+test_fraction = 0.3
+per_user = true
+[engine.context_graph]
+enabled = true
+decay = {{ half_life_days = 3650.0 }}
+[engine.mspr]
+enabled = true
+feedback = {{ enabled = true }}
+success = {{ enabled = true, min_sample_size = 1 }}
+frequency = {{ enabled = true }}
+intent = {{ enabled = true }}
+[replay]
+frequency = "logged"
+policy = "none"
+[metrics]
+names = ["ndcg@10", "recall@10"]
+bootstrap = 200
+[ablation]
+arms = ["off", "on-zero", "personal", "frequency", "success", "intent", "all"]
+[tune]
+trials = {trials}
+"""
+
+
+def run_world(root: Path, *, users: int, memories: int, searches: int, trials: int,
+              console: Console) -> list[Stage]:
+    from msprlab.datasets.store import ingest
+    from msprlab.experiments import pipeline as P
+    from msprlab.experiments.evaluation import Scorer
+    from msprlab.experiments.experiment_config import load_experiment
+    from msprlab.experiments.metrics import parse_metric
+    from msprlab.experiments.tune import Objective, search_space, tune
+
+    definition = root / "world.toml"
+    definition.write_text(world_definition(users, memories, searches, trials))
+    cfg = load_experiment(definition)
+    cfg = replace(cfg, dataset=replace(cfg.dataset, store=str(root / "runs" / "world.duckdb")))
+    stages: list[Stage] = []
+    dataset, _ = _timed(stages, "generate world and log", lambda: P._build(cfg, P._quiet))
+    counts = dataset.counts()
+    note = (f"{counts['memories']:,} memories, {counts['edges']:,} edges, "
+            f"{counts['events']:,} events")
+    store = P.store_path(cfg, root)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    _timed(stages, "ingest (validate, write DuckDB)",
+           lambda data=dataset: ingest(data, store), note)
+    del dataset  # the replay reads the store, as an experiment does
+    arms = P.experiment_arms(cfg, ablation=True)
+    prepared = _timed(stages, "replay (one table per key)",
+                      lambda: P.tables(cfg, store, arms.every()))
+    rows = sum(t.candidates.height for t in prepared.tables.values())
+    stages[-1].note = f"{len(prepared.tables)} tables, {rows:,} candidate rows"
+    _timed(stages, "ablation ladder (test window)",
+           lambda: P.ablate(cfg, prepared, arms.ladder, effects=arms.effects))
+    metrics = [parse_metric(m) for m in cfg.metrics.names]
+
+    def search() -> Any:
+        train = Scorer.of(P.window_table(prepared, "tuned", "train"), metrics)
+        return tune(train, P.baseline_arm(cfg), search_space(dict(cfg.tune.ranges), cfg.engine),
+                    [Objective("ndcg@10", None)], n_trials=trials, seed=cfg.seed,
+                    storage=str(root / "world.journal"), study_name="world")
+    _timed(stages, f"weight search ({trials} TPE trials)", search)
+    return stages
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m msprlab.experiments.bench_world",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=500)
+    parser.add_argument("--memories", type=int, default=500, help="memories per user")
+    parser.add_argument("--searches", type=int, default=10_000)
+    parser.add_argument("--trials", type=int, default=300)
+    args = parser.parse_args(argv)
+    console = stdout_console()
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="msprlab-world-") as tmp:
+        started = time.perf_counter()
+        stages = run_world(Path(tmp), users=args.users, memories=args.memories,
+                           searches=args.searches, trials=args.trials, console=console)
+        total = time.perf_counter() - started
+    table = Table(title=f"world {args.users} users x {args.memories} memories, "
+                        f"{args.searches:,} searches: stage times and peak memory "
+                        f"(measured here; load average {load:.1f} on {os.cpu_count()} cores "
+                        "at the start)", title_justify="left")
+    for column in ("stage", "seconds", "share", "peak RSS (MB)", "what"):
+        table.add_column(column, justify="left" if column in ("stage", "what") else "right")
+    for s in stages:
+        table.add_row(s.name, f"{s.seconds:.1f}", f"{s.seconds / total:.0%}", f"{s.peak_mb:,.0f}",
+                      s.note)
+    table.add_row("end to end", f"{total:.1f}", "100%", f"{max(s.peak_mb for s in stages):,.0f}",
+                  "targets: < 300 s and < 4,096 MB")
+    console.print(table)
+    dominant = max(stages, key=lambda s: s.seconds)
+    console.print(f"dominant stage: {dominant.name} ({dominant.seconds / total:.0%} of the "
+                  "time)", highlight=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
