@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import warnings
@@ -140,6 +141,10 @@ class Tracker:
         try:
             mlflow.set_tracking_uri(uri)
             self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+            # A process that loses the race to create the experiment gets it back from
+            # MLflow 3's `set_experiment` without it being made active, and its runs would
+            # go to the Default experiment: activate it by id.
+            mlflow.set_experiment(experiment_id=self.experiment_id)
         except MlflowException as exc:
             raise ExperimentError(f"tracking.uri {redact_url(uri)}: MLflow cannot use it: "
                                   f"{_first_line(exc.message)}") from None
@@ -185,7 +190,16 @@ class Tracker:
             warnings.simplefilter("ignore", UserWarning)
             located = resolve_dataset_source(source)
         data = MetaDataset(located, name=name, digest=digest[:32])
-        self.mlflow.log_input(data, context=context)
+        from mlflow.exceptions import MlflowException
+        try:
+            self.mlflow.log_input(data, context=context)
+        except MlflowException as exc:
+            # Two runs logging one new dataset at the same moment: MLflow's SQL store checks
+            # that the dataset is new, then inserts it, and the later insert violates the
+            # key. Once the dataset exists, logging it again links it to this run.
+            if not re.search(r"duplicate key|UNIQUE constraint|dataset_pk", exc.message):
+                raise
+            self.mlflow.log_input(data, context=context)
 
     def frame(self, frame: pl.DataFrame, path: str) -> None:
         """A frame as a Parquet artifact at `path` (e.g. "per_query/baseline.parquet")."""
