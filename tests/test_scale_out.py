@@ -201,22 +201,25 @@ def wait_for(condition, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize(("processes", "target"), [(2, 80), (4, 120)])
+@pytest.mark.parametrize(("processes", "workers", "target"), [(2, 2, 80), (4, 1, 120)])
 def test_tune_processes_share_one_study_through_a_kill(postgres, prepared: Path,
                                                        tmp_path: Path, processes: int,
-                                                       target: int) -> None:
+                                                       workers: int, target: int) -> None:
+    """`processes` tune processes, the first with `workers` spawned workers, the others
+    running trials themselves; the last one is killed mid-trial."""
     url = database(postgres, f"kill{processes}")
     roots = [host(prepared, tmp_path / f"host{k}") for k in range(processes)]
     started = time.monotonic()
-    running = [subprocess.Popen(tune_command(root, url, "--trials", str(target)),
+    running = [subprocess.Popen(tune_command(root, url, "--trials", str(target),
+                                             "--workers", str(workers if k == 0 else 1)),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for root in roots]
+               for k, root in enumerate(roots)]
     victim, survivors = running[-1], running[:-1]
-    tags = {f"{socket.gethostname()}:{p.pid}" for p in running}
+    mine = f"{socket.gethostname()}:{victim.pid}"
+    runners = processes - 1 + workers  # processes running trials: workers, or themselves
     try:
-        # mid-study: every process has started trials, the victim at least two
-        wait_for(lambda: ((seen := workers_of(url)).keys() >= tags
-                 and seen[f"{socket.gethostname()}:{victim.pid}"] >= 2)
+        # mid-study: every runner has started trials, the victim at least two
+        wait_for(lambda: (len(seen := workers_of(url)) >= runners and seen.get(mine, 0) >= 2)
                  or any(p.poll() is not None for p in running),
                  timeout=120, what="every process running trials")
         assert all(p.poll() is None for p in running), "a process ended before the kill"
@@ -246,7 +249,7 @@ def test_tune_processes_share_one_study_through_a_kill(postgres, prepared: Path,
     assert failed <= retried.keys()                              # every FAIL run again
     for number in failed:  # with the parameters it had been given (if any, before the kill)
         assert retried[number].params.items() >= trials[number].params.items()
-    assert {t.user_attrs[WORKER_ATTR] for t in trials} >= tags   # every process took part
+    assert len({t.user_attrs[WORKER_ATTR] for t in trials}) == runners  # every one took part
     baseline = [t for t in trials if t.user_attrs.get("msprlab_baseline")
                 and t.state == TrialState.COMPLETE]
     single = optuna.load_study(study_name=next(iter(optuna.get_all_study_names(
@@ -255,7 +258,8 @@ def test_tune_processes_share_one_study_through_a_kill(postgres, prepared: Path,
         optuna.storages.journal.JournalFileBackend(str(prepared / "single.journal"))))
     assert len(baseline) == 1 and baseline[0].value == single.trials[0].value
     assert baseline[0].params == single.trials[0].params
-    print(f"{processes} processes, --trials {target}: {by_state}, killed trial {killed}, "
+    print(f"{processes} processes ({runners} running trials), --trials {target}: "
+          f"{by_state}, killed trial {killed}, "
           f"failed {sorted(failed)} retried as "
           f"{sorted(retried[n].number for n in failed)}, {seconds:.1f} s")
 
