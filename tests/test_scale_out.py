@@ -84,7 +84,8 @@ def test_a_process_of_another_dataset_or_definition_is_refused(postgres) -> None
     mine = {"dataset_digest": "d" * 64, "config_hash": "c" * 64}
     first = in_process(url, n_trials=3, identity=mine)
     assert {k: first.study.user_attrs[f"msprlab_{k}"] for k in mine} == mine
-    in_process(url, n_trials=4, identity=mine)  # the same: joins
+    explicit = url.replace("postgresql://", "postgresql+psycopg://")  # the driver spelled out
+    in_process(explicit, n_trials=4, identity=mine)  # the same: joins
     other = {"dataset_digest": "d" * 64, "config_hash": "e" * 64}
     password = url.replace("msprlab@", "msprlab:hunter2@")
     with pytest.raises(ValueError) as refused:
