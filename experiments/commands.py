@@ -324,13 +324,19 @@ def _reference_rankers(ctx: Context, prepared: P.Prepared, result: P.AblationRes
 
 def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storage: str | None,
                workers: int | None, sampler: str | None,
-               switch_sampler: bool = False) -> dict[str, Any]:
+               switch_sampler: bool = False, study: str | None = None) -> dict[str, Any]:
     """The weight search on the train window. `trials` is the study's target total of
-    finished trials (a resumed study runs only the missing ones); `switch_sampler` lets a
-    resumed study continue with another sampler than the one it was created with."""
+    COMPLETE trials (a resumed study runs only the missing ones); `switch_sampler` lets a
+    resumed study continue with another sampler than the one it was created with.
+
+    The study is `study`, else on a database (shared by hosts) the experiment's name, on a
+    journal NAME-CONFIGHASH-DATADIGEST (8 characters each). It records the dataset digest
+    and the config hash: a process whose differ is refused (exit 2) before any trial."""
+    from .errors import redact_url
     from .tune import (
         Objective,
         best_config_snippet,
+        is_database,
         search_space,
         snippet_notes,
         trials_message,
@@ -347,14 +353,16 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     n_trials = cfg.tune.trials if trials is None else trials  # not `or`: 0 is not "unset"
     journal = storage or cfg.tune.storage or str(
         prepared.store.with_name(prepared.store.stem + f".{cfg.name}.optuna.journal"))
-    study_name = f"{cfg.name}-{cfg.digest()[:8]}-{prepared.dataset.digest[:8]}"
+    study_name = study or (cfg.name if is_database(journal) else
+                           f"{cfg.name}-{cfg.digest()[:8]}-{prepared.dataset.digest[:8]}")
+    shown = redact_url(journal)
     chosen = sampler or cfg.tune.sampler
     task = ctx.bar.add_task(f"tuning ({chosen}, target {n_trials} trials)", total=n_trials)
     started = time.perf_counter()
     with ExitStack() as stack:
         if ctx.tracker is not None:
             stack.enter_context(ctx.tracker.child("study", tags={"msprlab.study": study_name}))
-            ctx.tracker.params({"study": study_name, "storage": journal,
+            ctx.tracker.params({"study": study_name, "storage": shown,
                                 "sampler": chosen, "trials": n_trials,
                                 "objectives": list(cfg.tune.objectives), "seed": cfg.seed,
                                 **{f"range.{k}": list(v) for k, v in space.ranges.items()},
@@ -372,6 +380,9 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
                       storage=journal, study_name=study_name,
                       workers=cfg.tune.workers if workers is None else workers,
                       switch_sampler=switch_sampler,
+                      identity={"dataset_digest": prepared.dataset.digest,
+                                "config_hash": cfg.digest()},
+                      heartbeat=(cfg.tune.heartbeat, cfg.tune.heartbeat_grace),
                       on_recovered=lambda message: ctx.console.print(
                           f"[yellow]recovered:[/yellow] {message}", highlight=False),
                       on_start=lambda held, target: ctx.console.print(
@@ -399,7 +410,7 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     seconds = time.perf_counter() - started
     ctx.console.print(f"weight search: {result.added:,} new trials in {seconds:.1f} s on the "
                       f"train window ({train.searches.height:,} searches); the study holds "
-                      f"{result.held + result.added:,}: {study_name} in {journal}",
+                      f"{result.held + result.added:,}: {study_name} in {shown}",
                       highlight=False)
     ctx.console.print("best weights: " + ", ".join(
         f"{k} {v:.3f}" for k, v in zip(WEIGHTS, best.weights, strict=True)), highlight=False)
@@ -421,11 +432,13 @@ def study_summary(result: Any, n_trials: int, *, sampler: str | None = None,
     """What the study found, as JSON: the searched space and the weights fixed at 0, best
     (or Pareto) weights and values, importance, the sampler, and what the library snippet
     (`best_weights.contextkit.json`) cannot reproduce."""
+    from .errors import redact_url
     from .tune import SETTINGS_ATTR
     states = result.trials["state"].value_counts()
     space = result.study.user_attrs.get(SETTINGS_ATTR, {})  # as the study stores it
     return {
-        "study": result.study_name, "storage": result.storage, "trials_requested": n_trials,
+        "study": result.study_name, "storage": redact_url(result.storage),
+        "trials_requested": n_trials,
         "trials_held_before": result.held, "trials_added": result.added,
         "sampler": sampler, "seed": seed,
         "space": space.get("space", {}), "fixed": space.get("fixed", {}),
@@ -601,7 +614,7 @@ def _command(args: argparse.Namespace, which: str) -> int:
                 if which in ("tune", "run"):
                     run_tuning(ctx, prepared, trials=args.trials, storage=args.storage,
                                workers=args.workers, sampler=args.sampler,
-                               switch_sampler=args.switch_sampler)
+                               switch_sampler=args.switch_sampler, study=args.study)
                 ctx.bundle.finish(started)
                 if ctx.tracker is not None:
                     ctx.tracker.mlflow.log_artifacts(str(ctx.bundle.folder))
@@ -659,11 +672,12 @@ def add_experiment_commands(commands: Any) -> None:
                                  "sqlite:///mlflow.db)")
         parser.add_argument("--no-track", action="store_true", help="do not log to MLflow")
         parser.add_argument("--trials", type=_at_least_one, default=None,
-                            help="the study's target total of finished trials, not a number "
+                            help="the study's target total of COMPLETE trials, not a number "
                                  "to add: a resumed study runs only the missing ones (none "
                                  "once it holds N; --trials 400 on a study of 300 adds 100; "
                                  "trials a killed run left RUNNING are run again, not "
-                                 "counted); default: the definition's tune.trials")
+                                 "counted; on a database every process on the study stops "
+                                 "at exactly N); default: the definition's tune.trials")
         parser.add_argument("--sampler", choices=("tpe", "cmaes", "random"), default=None,
                             help="Optuna sampler (default: the definition's, tpe); a study "
                                  "keeps the sampler it was created with")
@@ -672,8 +686,15 @@ def add_experiment_commands(commands: Any) -> None:
                                  "was created with another (refused otherwise, exit 2); the "
                                  "switch is stored and each trial records its sampler")
         parser.add_argument("--storage", default=None,
-                            help="Optuna storage: a journal file path or an RDB URL such as "
-                                 "postgresql://...; default: a journal beside the store")
+                            help="Optuna storage: a journal file path or a database URL such "
+                                 "as postgresql://USER@HOST:PORT/DB (needs the postgres extra; "
+                                 "shared by tune processes on several hosts: README, "
+                                 "'Scaling out'); default: a journal beside the store")
+        parser.add_argument("--study", default=None, metavar="NAME",
+                            help="the study to create or join (default: on a database the "
+                                 "experiment's name, on a journal NAME-CONFIGHASH-DATADIGEST); "
+                                 "it records the dataset digest and config hash, and refuses "
+                                 "a process whose differ")
         parser.add_argument("--workers", type=_at_least_one, default=None,
                             help="processes sharing the study, >= 1 (default: the "
                                  "definition's); they end when this process does")

@@ -117,6 +117,10 @@ class TuneSection:
         WEIGHTS, (0.0, 1.0)))
     storage: str = ""   # empty: a journal file beside the store
     workers: int = 1
+    # On a database storage: each running trial's heartbeat, in seconds, and how long
+    # without one before another worker fails the trial and runs it again.
+    heartbeat: int = 10
+    heartbeat_grace: int = 30
 
 
 @dataclass(frozen=True)
@@ -382,6 +386,10 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
             for o in tune.objectives))
     except ValueError as exc:
         raise ExperimentError(f"tune.objectives: {exc}") from None
+    if not 1 <= tune.heartbeat < tune.heartbeat_grace:
+        raise ExperimentError(f"tune.heartbeat and tune.heartbeat_grace: `1 <= heartbeat < "
+                              f"heartbeat_grace` (seconds) must hold, but got "
+                              f"{tune.heartbeat} and {tune.heartbeat_grace}")
     for objective in tune.objectives:
         metric = objective.split("/")[0]
         if metric not in metrics.names:

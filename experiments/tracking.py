@@ -10,7 +10,9 @@ Conventions (EVALUATION.md, "MLflow 3"):
 - artifacts: per-query tables (Parquet), TREC runs, the best-weights config snippet, the
   study summary.
 
-The default tracking store is `sqlite:///mlflow.db` in the working folder; any URI works.
+The default tracking store is `sqlite:///mlflow.db` in the working folder; any URI works:
+a team shares one `mlflow server` (`http://HOST:PORT`, README "Scaling out"), and a
+`postgresql://` store is opened through psycopg 3 (`databases.sqlalchemy_url`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import tempfile
 import warnings
@@ -28,6 +31,7 @@ from typing import Any
 
 import polars as pl
 
+from .databases import driver_hint, sqlalchemy_url
 from .errors import ExperimentError, redact_url
 
 __all__ = ["Tracker", "flatten", "git_commit", "metric_key"]
@@ -132,14 +136,22 @@ class Tracker:
         import mlflow
         from mlflow.exceptions import MlflowException
         self.mlflow = mlflow
-        self.uri = uri
         check_tracking_uri(uri)
+        self.uri = uri = sqlalchemy_url(uri)
         try:
             mlflow.set_tracking_uri(uri)
             self.experiment_id = mlflow.set_experiment(experiment).experiment_id
+            # A process that loses the race to create the experiment gets it back from
+            # MLflow 3's `set_experiment` without it being made active, and its runs would
+            # go to the Default experiment: activate it by id.
+            mlflow.set_experiment(experiment_id=self.experiment_id)
         except MlflowException as exc:
             raise ExperimentError(f"tracking.uri {redact_url(uri)}: MLflow cannot use it: "
                                   f"{_first_line(exc.message)}") from None
+        except ImportError:
+            raise ExperimentError(f"tracking.uri {redact_url(uri)}: its database driver is not "
+                                  f"installed; {driver_hint(uri)} into msprlab's environment, "
+                                  "or use an MLflow server (http://HOST:PORT)") from None
         self.experiment = experiment
         self._provenance: dict[str, str] = {}  # the parent run's msprlab.* tags
 
@@ -178,7 +190,16 @@ class Tracker:
             warnings.simplefilter("ignore", UserWarning)
             located = resolve_dataset_source(source)
         data = MetaDataset(located, name=name, digest=digest[:32])
-        self.mlflow.log_input(data, context=context)
+        from mlflow.exceptions import MlflowException
+        try:
+            self.mlflow.log_input(data, context=context)
+        except MlflowException as exc:
+            # Two runs logging one new dataset at the same moment: MLflow's SQL store checks
+            # that the dataset is new, then inserts it, and the later insert violates the
+            # key. Once the dataset exists, logging it again links it to this run.
+            if not re.search(r"duplicate key|UNIQUE constraint|dataset_pk", exc.message):
+                raise
+            self.mlflow.log_input(data, context=context)
 
     def frame(self, frame: pl.DataFrame, path: str) -> None:
         """A frame as a Parquet artifact at `path` (e.g. "per_query/baseline.parquet")."""
@@ -196,5 +217,8 @@ class Tracker:
 
     def where(self) -> str:
         """A line telling where the runs are and how to look at them."""
-        return (f"MLflow: experiment {self.experiment!r} in {self.uri} "
-                f"(mlflow ui --backend-store-uri {self.uri})")
+        shown = redact_url(self.uri)
+        if self.uri.startswith(("http://", "https://")):
+            return f"MLflow: experiment {self.experiment!r} on the server {shown} (open it)"
+        return (f"MLflow: experiment {self.experiment!r} in {shown} "
+                f"(mlflow ui --backend-store-uri {shown})")

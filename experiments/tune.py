@@ -28,10 +28,11 @@ others from the base arm), scores it on the train scorer with one vectorised
   are worse than the best one as pruned, which TPE then learns from.
 - Storage: a journal file by default (`DEFAULT_STUDY_DIR`/<study name>.journal, written
   through `ProcessSafeJournal`: an `flock`, no fsync), or an RDB URL (`sqlite:///...`,
-  `postgresql://...`). Every step of a trial is written as it happens (about 9 journal
-  appends a trial: its creation, six parameters, TPE's constant-liar proposal, its state),
-  so a killed study resumes with every finished trial (`load_if_exists`); `n_trials` is
-  the number of finished trials the study should hold when `tune` returns. A killed
+  `postgresql://...`, through psycopg 3: `databases.sqlalchemy_url`). Every step of a
+  trial is written as it happens (about 10 journal appends a trial: its creation, six
+  parameters, TPE's constant-liar proposal, its sampler and worker, its state), so a
+  killed study resumes with every finished trial (`load_if_exists`); `n_trials` is the
+  number of COMPLETE (or PRUNED) trials the study should hold when `tune` returns. A killed
   process's lock goes with it.
 - `workers=N` runs N spawned processes on the same study; each receives the pickled
   objective (the train `Scorer` by value: its arrays and frames, about 15 MB for LoCoMo's
@@ -43,6 +44,23 @@ others from the base arm), scores it on the train scorer with one vectorised
   `STALE_ATTR`; they do not count toward `n_trials`, so they are run again. A worker ends
   as soon as its parent dies (`_exit_with_parent`). `tune` reports each of these
   (`on_recovered`, `TuneResult.recovered`).
+- On a database (`_SharedRDB`) the study can be shared by `tune` processes on several
+  hosts, started independently:
+  - the first one records the dataset digest and the config hash (`identity`) in the
+    study; a later one whose differ is refused before it touches the study;
+  - every running trial beats (Optuna's heartbeat, `heartbeat=(interval, grace)`); a
+    trial whose worker stopped beating for `grace` seconds is failed by the next worker
+    that asks for a trial and queued again with its parameters
+    (`RetryHeartbeatStaleTrialCallback`), so a host killed mid-trial costs that trial's
+    time, not the trial;
+  - trials are reserved: a worker starts a trial only while the study's COMPLETE, PRUNED
+    and RUNNING trials number fewer than `n_trials`, checked and created under a lock
+    (PostgreSQL: an advisory lock; SQLite: an `flock` beside the file), so concurrent
+    workers never overshoot; one that finds every remaining trial running waits for them,
+    and fails and reruns those whose worker died, so the study ends with exactly
+    `n_trials` counted trials while one worker lives;
+  - the study's setup (creation, the checks, the baseline) runs under the same lock, so
+    workers starting at the same moment enqueue one baseline.
 
 >>> result = tune(train, arm_of("base", config), SearchSpace.unit(WEIGHTS),   # doctest: +SKIP
 ...               [Objective("ndcg@10")], n_trials=200, study_name="locomo-ndcg")
@@ -57,12 +75,15 @@ import math
 import multiprocessing
 import os
 import re
+import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable, Generator, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -76,14 +97,15 @@ from optuna.trial import FrozenTrial, TrialState
 from msprlab.engine import EngineConfig
 from msprlab.engine.batch import INTENTS, WEIGHTS
 
+from .databases import driver_hint, sqlalchemy_url
 from .errors import ExperimentError, redact_url
 from .evaluation import Arm, Scorer
 from .metrics import parse_metric
 
-__all__ = ["DEFAULT_STUDY_DIR", "MIN_IMPORTANCE_TRIALS", "PRUNERS", "SAMPLERS", "STALE_ATTR",
-           "Objective", "SearchSpace", "TrialRecord", "TuneResult", "best_config_snippet",
-           "fixed_weights", "search_space", "snippet_notes", "trials_message", "tune",
-           "tuned_config"]
+__all__ = ["DEFAULT_STUDY_DIR", "HEARTBEAT", "MIN_IMPORTANCE_TRIALS", "PRUNERS", "SAMPLERS",
+           "STALE_ATTR", "WORKER_ATTR", "Objective", "SearchSpace", "TrialRecord", "TuneResult",
+           "best_config_snippet", "fixed_weights", "is_database", "search_space",
+           "snippet_notes", "trials_message", "tune", "tuned_config"]
 
 SamplerName = Literal["tpe", "cmaes", "random"]
 PrunerName = Literal["none", "wilcoxon"]
@@ -102,11 +124,20 @@ SAMPLER_ATTR = "msprlab_sampler"
 SWITCHES_ATTR = "msprlab_sampler_switches"  # on the study: each switch, in order
 FIXED_ATTR = "msprlab_fixed"                # on the study: `SearchSpace.note()`
 STALE_ATTR = "msprlab_stale"  # on a trial a dead process left RUNNING, failed on resume
+WORKER_ATTR = "msprlab_worker"  # on each trial: "HOST:PID" of the process that ran it
+JOINS_ATTR = "msprlab_joins"    # on a database study: how many tune processes joined it
+IDENTITY_PREFIX = "msprlab_"    # + each `identity` key: "msprlab_dataset_digest", ...
+# Optuna's heartbeat on a database, in seconds: a running trial beats every `interval`; one
+# without a beat for `grace` is failed by the next worker asking for a trial, and retried.
+HEARTBEAT = (10, 30)
+MAX_RETRIES = 3        # a trial is queued again at most this many times after going stale
+_WAIT_SECONDS = 0.5    # a worker finding every remaining trial running looks again after
 # Settings added after studies were first stored, with the value an older study had.
 _LATER_SETTINGS: dict[str, Any] = {"fixed": {}}
 ORPHANED_EXIT = 3  # a worker's exit status when it ends because its parent died
 _STEP_ORDER_SEED = 20260105  # fixed: steps must pair across trials, calls and resumes
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+_COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)  # toward the target; a FAIL never is
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _JSON = json.JSONEncoder(separators=(",", ":")).encode  # a journal line, as Optuna writes it
 _LABELS = tuple(label.value for label in INTENTS)
@@ -321,6 +352,7 @@ class _Objective:
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
         trial.set_user_attr(SAMPLER_ATTR, self.sampler)  # first: failed trials record it too
+        trial.set_user_attr(WORKER_ATTR, f"{socket.gethostname()}:{os.getpid()}")
         values = self.scorer.values(self.arm(trial))
         means = tuple(float(values[m][rows].mean())
                       for m, rows in zip(self.metrics, self.covered, strict=True))
@@ -343,14 +375,16 @@ class _Plan:
     storage: str
     sampler: SamplerName
     pruner: PrunerName
-    n_trials: int            # the study's target of finished trials
-    seed: tuple[int, int, int]
+    n_trials: int            # the study's target of counted trials (`_COUNTED`)
+    seed: tuple[int, ...]    # (seed, trials in the study, worker index[, join index])
+    heartbeat: tuple[int, int] = HEARTBEAT
 
 
 def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Objective], *,
          n_trials: int, study_name: str, seed: int = 0, sampler: SamplerName = "tpe",
          pruner: PrunerName = "none", storage: str | Path | None = None, workers: int = 1,
-         switch_sampler: bool = False,
+         switch_sampler: bool = False, identity: Mapping[str, str] | None = None,
+         heartbeat: tuple[int, int] = HEARTBEAT,
          on_start: Callable[[int, int], None] | None = None,
          on_recovered: Callable[[str], None] | None = None,
          progress: Callable[[int, int], None] | None = None,
@@ -365,10 +399,11 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
         (the space's fixed weights are set to 0 in it).
     objectives : one (maximised) or several (Pareto front); each metric must be one the
         scorer computes.
-    n_trials : the target total: the number of finished trials (complete, pruned or
-        failed) the study holds when this returns. A resumed study runs only the missing
-        ones, none when it already holds `n_trials` or more (`trials_message`). Trials a
-        killed process left RUNNING are failed on resume and do not count (module docstring).
+    n_trials : the target total: the number of COMPLETE (or PRUNED) trials the study holds
+        when this returns; a FAIL never counts. A resumed study runs only the missing ones,
+        none when it already holds `n_trials` or more (`trials_message`). Trials a killed
+        process left RUNNING are failed and run again (module docstring). On a database,
+        every process and worker on the study stops at exactly `n_trials`.
     seed : seeds the sampler (with the study's trial count and the worker index).
     sampler : "tpe", "cmaes" (one objective; needs `pip install cmaes`) or "random". The
         sampler and `seed` are stored in the study when it is created; resuming it with
@@ -377,12 +412,18 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     pruner : "none" or "wilcoxon" (one objective; module docstring).
     storage : None (journal file `DEFAULT_STUDY_DIR/<study_name>.journal`), a journal file
         path, ":memory:" (a throwaway study: nothing to resume, one worker), or an RDB URL
-        such as "postgresql://..." or "sqlite:///tune.db" (SQLite is not recommended for
-        parallel workers). A resumed study must have been created with
+        such as "postgresql://user@host/db" or "sqlite:///tune.db" (SQLite is not
+        recommended for parallel workers). A resumed study must have been created with
         the same objectives, space, base arm, pruner and train data.
     workers : processes sharing the study (spawned); results are then not deterministic.
-        Independent `tune` calls on one study also work, once the study exists (two
-        calls creating it at the same moment could both enqueue the baseline).
+        Independent `tune` calls on one study also work: on a database from several
+        hosts at once (module docstring); on a journal once the study exists.
+    identity : what the study belongs to, e.g. {"dataset_digest": ..., "config_hash": ...}:
+        stored in the study (user attrs `msprlab_<key>`) by the call that creates it; a
+        call with other values is refused (ValueError naming both) before it changes the
+        study or runs a trial.
+    heartbeat : (interval, grace) in seconds, on a database: each running trial beats every
+        `interval`; a trial without a beat for `grace` is failed and run again.
     on_start : called once the study is open, with (finished trials it holds, n_trials).
     on_recovered : called, before that, with each message on what was recovered from a
         killed run: a journal's torn last line cut off, trials a dead process left RUNNING
@@ -399,6 +440,7 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     base = _with_fixed(base, space)
     _check_arguments(base, space, objectives, n_trials=n_trials, study_name=study_name,
                      seed=seed, sampler=sampler, pruner=pruner, workers=workers)
+    _check_heartbeat(heartbeat)
     objective = _prepare(train, base, space, objectives, pruner=pruner, sampler=sampler)
     spec = _storage_spec(storage, study_name)
     verbosity = optuna.logging.get_verbosity()
@@ -407,25 +449,30 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
         with _run_lock(spec) as lock:
             alone = lock is not None and lock.alone()
             recovered = _recover_journal(spec)  # before Optuna appends to it
-            opened = _open_storage(spec)
-            study = optuna.create_study(
-                study_name=study_name, storage=opened, load_if_exists=True,
-                directions=["maximize"] * len(objectives))
-            _check_settings(study, _settings(train, base, space, objectives, pruner), spec)
-            recovered += _recover_trials(study, opened, lock, alone)
-            if lock is not None:
-                lock.share()  # before any worker starts: each takes it shared too
-            for message in recovered:
-                if on_recovered is not None:
-                    on_recovered(message)
-            notes = _check_sampler(study, {"name": sampler, "seed": seed}, spec,
-                                   switch=switch_sampler)
-            if space.fixed:
-                study.set_user_attr(FIXED_ATTR, space.note())
-            plan = _Plan(objective, study_name, spec, sampler, pruner, n_trials,
-                         (seed, len(study.get_trials(deepcopy=False)), 0))
-            _enqueue_baseline(study, base, space)
-            held = _counted(study)
+            opened = _open_storage(spec, target=n_trials, heartbeat=heartbeat)
+            with _setup_lock(opened, study_name):  # one process at a time sets a study up
+                study = optuna.create_study(
+                    study_name=study_name, storage=opened, load_if_exists=True,
+                    directions=["maximize"] * len(objectives))
+                _check_identity(study, identity, spec)
+                _check_settings(study, _settings(train, base, space, objectives, pruner),
+                                spec)
+                recovered += _recover_trials(study, opened, lock, alone)
+                if lock is not None:
+                    lock.share()  # before any worker starts: each takes it shared too
+                for message in recovered:
+                    if on_recovered is not None:
+                        on_recovered(message)
+                notes = _check_sampler(study, {"name": sampler, "seed": seed}, spec,
+                                       switch=switch_sampler)
+                if space.fixed and study.user_attrs.get(FIXED_ATTR) != space.note():
+                    study.set_user_attr(FIXED_ATTR, space.note())
+                join = _join(study, opened)
+                plan = _Plan(objective, study_name, spec, sampler, pruner, n_trials,
+                             (seed, len(study.get_trials(deepcopy=False)), 0)
+                             + ((join,) if join else ()), heartbeat)
+                _enqueue_baseline(study, base, space)
+                held = _counted(study)
             if on_start is not None:
                 on_start(held, n_trials)
             _run(study, plan, n_trials - held, workers,
@@ -448,9 +495,10 @@ def _recover_journal(spec: str) -> list[str]:
 
 
 def _enqueue_baseline(study: optuna.Study, base: Arm, space: SearchSpace) -> None:
-    """The base arm as the next trial, unless the study has one (a stale one, failed on
-    resume, does not count: the baseline is run again)."""
-    if not any(t.user_attrs.get(BASELINE_ATTR) and not t.user_attrs.get(STALE_ATTR)
+    """The base arm as the next trial, unless the study has one, finished, running or
+    queued (a failed one does not count: the baseline is run again; a database queues a
+    baseline whose worker died again itself)."""
+    if not any(t.user_attrs.get(BASELINE_ATTR) and t.state != TrialState.FAIL
                for t in study.get_trials(deepcopy=False)):
         study.enqueue_trial({name: base.weights[WEIGHTS.index(name)] for name in space.ranges},
                             user_attrs={BASELINE_ATTR: True})
@@ -458,10 +506,11 @@ def _enqueue_baseline(study: optuna.Study, base: Arm, space: SearchSpace) -> Non
 
 def _run(study: optuna.Study, plan: _Plan, missing: int, workers: int,
          reporter: _Reporter) -> None:
-    """The `missing` trials, in this process or shared among `workers` spawned ones."""
+    """The `missing` trials, in this process or shared among `workers` spawned ones (on a
+    database each runs until the study holds its target: `_optimize`)."""
     reporter.skip(study)
     shares = [missing // workers + (k < missing % workers) for k in range(workers)]
-    plans = [(replace(plan, seed=(*plan.seed[:2], k)), share)
+    plans = [(replace(plan, seed=(*plan.seed[:2], k, *plan.seed[3:])), share)
              for k, share in enumerate(shares) if share > 0]
     if len(plans) == 1:
         _optimize(*plans[0], study=study, callback=reporter)
@@ -646,9 +695,9 @@ def _check_settings(study: optuna.Study, settings: dict[str, Any], spec: str) ->
     if differ := [k for k in keys if stored.get(k) != settings.get(k)]:
         detail = "; ".join(f"{k}: study has {stored.get(k)!r}, now {settings.get(k)!r}"
                            for k in differ)
-        raise ExperimentError(f"tune: study {study.study_name!r} in {spec} was created for other "
-                              f"settings ({detail}); resume it with the same ones or pick another "
-                              "study_name")
+        raise ExperimentError(f"tune: study {study.study_name!r} in {redact_url(spec)} was "
+                              f"created for other settings ({detail}); resume it with the same "
+                              "ones or pick another study_name")
 
 
 def _check_sampler(study: optuna.Study, sampler: dict[str, Any], spec: str, *,
@@ -670,10 +719,11 @@ def _check_sampler(study: optuna.Study, sampler: dict[str, Any], spec: str, *,
         return []
     if not switch:
         raise ExperimentError(
-            f"tune: study {study.study_name!r} in {spec} runs with sampler {shown(stored)}, "
-            f"not {shown(sampler)}; resume it with the same sampler (msprlab tune --sampler "
-            f"{stored.get('name')}), or switch it knowingly with switch_sampler=True "
-            "(msprlab tune --switch-sampler): each trial records the sampler it ran under")
+            f"tune: study {study.study_name!r} in {redact_url(spec)} runs with sampler "
+            f"{shown(stored)}, not {shown(sampler)}; resume it with the same sampler "
+            f"(msprlab tune --sampler {stored.get('name')}), or switch it knowingly with "
+            "switch_sampler=True (msprlab tune --switch-sampler): each trial records the "
+            "sampler it ran under")
     switches = [*study.user_attrs.get(SWITCHES_ATTR, []),
                 {"from": stored, "to": sampler, "after_trials": finished}]
     study.set_user_attr(SWITCHES_ATTR, switches)
@@ -683,10 +733,49 @@ def _check_sampler(study: optuna.Study, sampler: dict[str, Any], spec: str, *,
 
 
 def _counted(study: optuna.Study) -> int:
-    """The finished trials that count toward the target: not those a dead process left
-    RUNNING and a resume failed (`STALE_ATTR`), which are run again."""
-    return sum(not t.user_attrs.get(STALE_ATTR)
-               for t in study.get_trials(deepcopy=False, states=_FINISHED))
+    """The trials that count toward the target: COMPLETE and PRUNED, never a FAIL (a trial
+    a dead process left RUNNING, failed on resume or by the heartbeat, is run again)."""
+    return len(study.get_trials(deepcopy=False, states=_COUNTED))
+
+
+def _check_heartbeat(heartbeat: tuple[int, int]) -> None:
+    if not (isinstance(heartbeat, tuple) and len(heartbeat) == 2
+            and all(_is_int(x) for x in heartbeat) and 1 <= heartbeat[0] < heartbeat[1]):
+        raise ExperimentError(f"tune: heartbeat must be (interval, grace) in whole seconds "
+                              f"with `1 <= interval < grace`, got {heartbeat!r}")
+
+
+def _check_identity(study: optuna.Study, identity: Mapping[str, str] | None,
+                    spec: str) -> None:
+    """Store `identity` in a study that has none; refuse a study that holds other values."""
+    if not identity:
+        return
+    stored = {key: study.user_attrs.get(IDENTITY_PREFIX + key) for key in identity}
+    if all(value is None for value in stored.values()):
+        for key, value in identity.items():
+            study.set_user_attr(IDENTITY_PREFIX + key, value)
+        return
+    if all(stored[key] in (None, value) for key, value in identity.items()):
+        return
+
+    def shown(values: Mapping[str, Any]) -> str:
+        return " and ".join(f"{key.replace('_', ' ')} {values[key]}" for key in identity)
+
+    raise ExperimentError(
+        f"tune: study {study.study_name!r} in {redact_url(spec)} was created from "
+        f"{shown(stored)}; this process has {shown(identity)} (another store, or another "
+        "definition), so it does not join it: start every worker with the same definition "
+        "on a store built from the same data, or give this one its own study (--study NAME)")
+
+
+def _join(study: optuna.Study, storage: BaseStorage) -> int:
+    """On a database: this process's join index (0 for the first `tune` on the study), so
+    that processes started at the same moment seed their samplers apart. Elsewhere 0."""
+    if not isinstance(storage, _SharedRDB):
+        return 0
+    join = int(study.user_attrs.get(JOINS_ATTR, 0))
+    study.set_user_attr(JOINS_ATTR, join + 1)
+    return join
 
 
 def _fail_stale(study: optuna.Study, storage: BaseStorage) -> list[int]:
@@ -704,8 +793,10 @@ def _fail_stale(study: optuna.Study, storage: BaseStorage) -> list[int]:
 def _recover_trials(study: optuna.Study, storage: BaseStorage, lock: _RunLock | None,
                     alone: bool) -> list[str]:
     """Fail the RUNNING trials of dead processes when that can be told; say what was done."""
+    if isinstance(storage, _SharedRDB):
+        return _recover_stale(study, storage)
     if lock is None:
-        return []  # memory (nothing to recover) or RDB: RUNNING trials are left as they are
+        return []  # memory: nothing to recover
     if alone:
         if stale := _fail_stale(study, storage):
             return [f"{len(stale)} trials left RUNNING by a process that is no longer alive "
@@ -718,6 +809,25 @@ def _recover_trials(study: optuna.Study, storage: BaseStorage, lock: _RunLock | 
                 "process works on the study, so they may be its own; a resume when no other "
                 "process holds the study fails those still RUNNING"]
     return []
+
+
+def _recover_stale(study: optuna.Study, storage: _SharedRDB) -> list[str]:
+    """On a database: fail (and queue again) the trials whose worker stopped beating, as
+    every worker does before it asks for a trial; say which."""
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    if not before:
+        return []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    failed = sorted(t.number for t in study.get_trials(deepcopy=False,
+                                                       states=(TrialState.FAIL,))
+                    if t.number in before)
+    if not failed:
+        return []
+    return [f"{len(failed)} trials whose worker sent no heartbeat for {storage.grace_period} s "
+            f"({failed}) marked FAIL and queued again with their parameters; they do not "
+            "count toward the target"]
 
 
 def trials_message(held: int, target: int) -> str:
@@ -738,6 +848,11 @@ def _storage_spec(storage: str | Path | None, study_name: str) -> str:
     return str(storage)
 
 
+def is_database(spec: str | Path | None) -> bool:
+    """Whether a storage spec is a database URL (shared by hosts), not a journal file."""
+    return spec is not None and str(spec) != MEMORY and bool(_URL.match(str(spec)))
+
+
 def _journal_path(spec: str) -> Path | None:
     """The journal file a storage spec names (its folder created), None for memory or RDB."""
     if spec == MEMORY or _URL.match(spec):
@@ -753,39 +868,194 @@ def _journal_path(spec: str) -> Path | None:
     return path
 
 
-def _open_storage(spec: str) -> BaseStorage:
-    """":memory:" (nothing kept), an RDB URL, else a journal file (its folder is created)."""
+def _open_storage(spec: str, *, target: int | None = None,
+                  heartbeat: tuple[int, int] = HEARTBEAT) -> BaseStorage:
+    """":memory:" (nothing kept), an RDB URL (`_SharedRDB`: reserving trials up to `target`
+    when given), else a journal file (its folder is created)."""
     if spec == MEMORY:
         return optuna.storages.InMemoryStorage()
     if _URL.match(spec):
-        return _open_rdb(spec)
+        return _open_rdb(spec, target=target, heartbeat=heartbeat)
     _journal_path(spec)
     return JournalStorage(ProcessSafeJournal(spec))
 
 
-# The database drivers SQLAlchemy looks for, by URL scheme, and the package to install.
-_DRIVERS = {"postgresql": "psycopg2-binary", "mysql": "PyMySQL"}
-
-
-def _open_rdb(spec: str) -> BaseStorage:
+def _open_rdb(spec: str, *, target: int | None, heartbeat: tuple[int, int]) -> _SharedRDB:
     """An RDB storage, or one message saying why it cannot be opened (exit 2)."""
     import sqlalchemy.exc
 
     scheme = spec.split("://", 1)[0]
     try:
-        return RDBStorage(spec)
+        return _SharedRDB(sqlalchemy_url(spec), target=target, heartbeat=heartbeat)
     except sqlalchemy.exc.NoSuchModuleError:
         raise ExperimentError(
             f"--storage: unknown database scheme {scheme!r}; give a journal file path, or a "
             "URL such as sqlite:///study.db or postgresql://user@host/db") from None
     except ImportError:
-        package = _DRIVERS.get(scheme.split("+", 1)[0], "the SQLAlchemy driver for it")
         raise ExperimentError(
-            f"--storage: the database driver for {scheme!r} is not installed; pip install "
-            f"{package} (into msprlab's environment), or use a journal file") from None
+            f"--storage: the database driver for {scheme!r} is not installed; "
+            f"{driver_hint(spec)} into msprlab's environment, or use a journal file"
+        ) from None
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.OperationalError) as exc:
-        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise ExperimentError(f"--storage {redact_url(spec)}: cannot open it ({reason})") from None
+
+
+class _TargetReached(Exception):
+    """Raised by `_SharedRDB` instead of starting a trial: the study's counted and running
+    trials already make the target (`_optimize` waits for the running ones, or ends)."""
+
+    def __init__(self, counted: int, running: int) -> None:
+        super().__init__(f"{counted} counted and {running} running trials")
+        self.counted, self.running = counted, running
+
+
+_LOCK_CLASS = 0x6D73  # "ms": the first key of msprlab's PostgreSQL advisory locks
+
+
+class _SharedRDB(RDBStorage):
+    """Optuna's RDB storage for a study shared by hosts (module docstring): heartbeats with
+    retries, trials reserved up to `target` under a per-study lock, and RUNNING trials
+    that never beat (their worker died between creating them and its first beat) failed
+    too once `grace` old.
+
+    PostgreSQL connections give up connecting after 10 s and end a transaction left idle
+    for over a minute (a host that vanished mid-transaction, without closing its socket,
+    cannot hold a lock for longer)."""
+
+    def __init__(self, url: str, *, target: int | None = None,
+                 heartbeat: tuple[int, int] = HEARTBEAT) -> None:
+        import sqlalchemy
+
+        self.target = target
+        self._names: dict[int, str] = {}
+        kwargs: dict[str, Any] = {}
+        if url.lower().startswith("postgresql"):
+            idle = max(60, 2 * heartbeat[1])
+            kwargs = {"pool_pre_ping": True, "connect_args": {
+                "connect_timeout": 10,
+                "options": f"-c idle_in_transaction_session_timeout={idle}s"}}
+        interval, grace = heartbeat
+        # Two processes creating Optuna's tables in a new database at once collide: the
+        # first one creates them while the others wait.
+        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool,
+                                          **{k: v for k, v in kwargs.items()
+                                             if k != "pool_pre_ping"})
+        try:
+            with _database_lock(engine, "optuna tables"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                super().__init__(url, engine_kwargs=kwargs, heartbeat_interval=interval,
+                                 grace_period=grace, heartbeat_stale_trial_callback=(
+                                     optuna.storages.RetryHeartbeatStaleTrialCallback(
+                                         max_retry=MAX_RETRIES)))
+        finally:
+            engine.dispose()
+
+    def locked(self, study_name: str) -> Any:
+        """The study's lock (a context manager), held by one process at a time."""
+        return _database_lock(self.engine, study_name)
+
+    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None
+                          ) -> FrozenTrial:
+        if template_trial is not None or self.target is None:  # queued: nothing starts
+            return super()._create_new_trial(study_id, template_trial)
+        with self._reserving(study_id):
+            return super()._create_new_trial(study_id, template_trial)
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState,
+                               values: Sequence[float] | None = None) -> bool:
+        if state != TrialState.RUNNING or self.target is None:
+            return super().set_trial_state_values(trial_id, state, values)
+        with self._reserving(self._study_of(trial_id)):  # a queued trial
+            return super().set_trial_state_values(trial_id, state, values)
+
+    def _study_of(self, trial_id: int) -> int:
+        import sqlalchemy
+        from optuna.storages._rdb import models
+
+        query = sqlalchemy.select(models.TrialModel.study_id).where(
+            models.TrialModel.trial_id == trial_id)
+        with self.engine.connect() as connection:
+            return int(connection.execute(query).scalar_one())
+
+    @contextmanager
+    def _reserving(self, study_id: int) -> Iterator[None]:
+        """Under the study's lock: go on (start the trial) only while its COMPLETE, PRUNED
+        and RUNNING trials number fewer than the target; else `_TargetReached`."""
+        assert self.target is not None
+        if study_id not in self._names:
+            self._names[study_id] = self.get_study_name_from_id(study_id)
+        with self.locked(self._names[study_id]):
+            counts = self._states(study_id)
+            counted = sum(counts.get(state, 0) for state in _COUNTED)
+            running = counts.get(TrialState.RUNNING, 0)
+            if counted + running >= self.target:
+                raise _TargetReached(counted, running)
+            yield
+
+    def _states(self, study_id: int) -> dict[TrialState, int]:
+        import sqlalchemy
+        from optuna.storages._rdb import models
+
+        query = (sqlalchemy.select(models.TrialModel.state, sqlalchemy.func.count())
+                 .where(models.TrialModel.study_id == study_id)
+                 .group_by(models.TrialModel.state))
+        with self.engine.connect() as connection:
+            return {TrialState[getattr(state, "name", str(state))]: int(n)
+                    for state, n in connection.execute(query)}
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        """Optuna's stale trials (RUNNING, last beat over `grace` ago) and the RUNNING
+        trials that never beat and started over `grace` ago (Optuna skips those)."""
+        import sqlalchemy
+        from optuna.storages._rdb import models
+
+        stale = super()._get_stale_trial_ids(study_id)
+        assert self.heartbeat_interval is not None
+        grace = self.grace_period or 2 * self.heartbeat_interval
+        cutoff = datetime.now() - timedelta(seconds=grace)
+        running = self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:
+            return stale
+        query = (sqlalchemy.select(models.TrialHeartbeatModel.trial_id)
+                 .where(models.TrialHeartbeatModel.trial_id.in_(
+                     [t._trial_id for t in running])))
+        with self.engine.connect() as connection:
+            beating = set(connection.execute(query).scalars())
+        return stale + [t._trial_id for t in running
+                        if t._trial_id not in beating and t._trial_id not in stale
+                        and t.datetime_start is not None and t.datetime_start < cutoff]
+
+
+@contextmanager
+def _database_lock(engine: Any, name: str) -> Iterator[None]:
+    """A lock named `name`, across processes and hosts: a PostgreSQL advisory lock held by a
+    transaction (released when it ends, or when its connection dies), an `flock` beside
+    a SQLite file; other databases: none (README, "Scaling out")."""
+    import sqlalchemy
+
+    dialect, database = engine.dialect.name, engine.url.database
+    if dialect == "postgresql":
+        key = zlib.crc32(name.encode()) - (1 << 31)  # int4
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:a, :b)"),
+                               {"a": _LOCK_CLASS, "b": key})
+            yield
+    elif dialect == "sqlite" and database and database != ":memory:":
+        try:
+            f = open(f"{database}.msprlab.lock", "ab")  # noqa: SIM115 (closed below)
+        except OSError:  # a folder that cannot hold the file: SQLite itself says why
+            yield
+            return
+        with f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+    else:
+        yield
+
+
+def _setup_lock(storage: BaseStorage, study_name: str) -> Any:
+    return storage.locked(study_name) if isinstance(storage, _SharedRDB) else nullcontext()
 
 
 class _RunLock:
@@ -967,7 +1237,7 @@ def torn_tail_message(path: str | Path, dropped: int) -> str:
             "kept")
 
 
-def _make_sampler(name: SamplerName, seed: tuple[int, int, int]) -> optuna.samplers.BaseSampler:
+def _make_sampler(name: SamplerName, seed: tuple[int, ...]) -> optuna.samplers.BaseSampler:
     derived = int(np.random.SeedSequence(list(seed)).generate_state(1)[0])
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=derived)
@@ -988,14 +1258,31 @@ def _make_pruner(name: PrunerName) -> optuna.pruners.BasePruner:
 
 def _optimize(plan: _Plan, n_trials: int, *, study: optuna.Study | None = None,
               callback: Callable[[optuna.Study, FrozenTrial], None] | None = None) -> None:
-    """Run `n_trials` trials of `plan` (in this process or a spawned worker)."""
+    """Run `n_trials` trials of `plan` (in this process or a spawned worker); on a database,
+    trials until the study holds `plan.n_trials` (`_SharedRDB` reserves them)."""
     if study is None:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.load_study(study_name=plan.study_name, storage=_open_storage(plan.storage))
+        study = optuna.load_study(study_name=plan.study_name, storage=_open_storage(
+            plan.storage, target=plan.n_trials, heartbeat=plan.heartbeat))
     study.sampler = _make_sampler(plan.sampler, plan.seed)
     study.pruner = _make_pruner(plan.pruner)
-    study.optimize(plan.objective, n_trials=n_trials,
-                   callbacks=[_AfterTrial(plan.n_trials, callback)])
+    callbacks = [_AfterTrial(plan.n_trials, callback)]
+    if not is_database(plan.storage):
+        study.optimize(plan.objective, n_trials=n_trials, callbacks=callbacks)
+        return
+    while _counted(study) < plan.n_trials:
+        try:
+            study.optimize(plan.objective, callbacks=callbacks)  # until the target
+        except _TargetReached:
+            # The remaining trials all run: wait for them. Each try fails (and queues again)
+            # those whose worker stopped beating first (Optuna's `_run_trial`).
+            time.sleep(_WAIT_SECONDS)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # This process missed its heartbeats for the grace period (stopped, starved):
+            # another worker failed its trial and queued it again. It goes on with the next.
+            warnings.warn("tune: a trial of this process was failed by another worker "
+                          "(no heartbeat within the grace period) and queued again; going "
+                          "on", stacklevel=1)
 
 
 def _worker(plan: _Plan, n_trials: int) -> None:
@@ -1078,7 +1365,7 @@ class _Reporter:
         self.base, self.total = base, total
         self.progress, self.on_trial = progress, on_trial
         self.seen: set[int] = set()
-        self.done = 0  # finished trials that count toward the target (`_counted`)
+        self.done = 0  # trials that count toward the target (`_counted`)
 
     def skip(self, study: optuna.Study) -> None:
         """Trials finished before this call are not reported again."""
@@ -1095,7 +1382,7 @@ class _Reporter:
     def _emit(self, trials: list[FrozenTrial]) -> None:
         for trial in sorted(trials, key=lambda t: t.number):
             self.seen.add(trial.number)
-            self.done += not trial.user_attrs.get(STALE_ATTR)
+            self.done += trial.state in _COUNTED
             if self.on_trial is not None:
                 self.on_trial(_record(trial, self.base))
             if self.progress is not None:
@@ -1166,8 +1453,9 @@ def _result(study: optuna.Study, spec: str, base: Arm,
     if running := [t.number for t in trials if t.state == TrialState.RUNNING]:
         notes.append(f"trials {running} are still RUNNING: another process is running them, "
                      "or a process was killed mid-trial (they are not counted as finished; "
-                     "with a journal, a resume when no other tune process holds the study "
-                     "fails them and runs them again)")
+                     "on a database, the workers still running fail those whose heartbeat "
+                     "stopped and run them again; with a journal, a resume when no other "
+                     "tune process holds the study does)")
     if len(objectives) == 1:
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         front = [study.best_trial] if complete else []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -82,16 +83,15 @@ def test_a_bad_storage_url_is_refused(tmp_path, capsys, case) -> None:
     assert not (tmp_path / "results").exists()
 
 
-def test_a_storage_driver_that_is_not_installed_says_what_to_install(tmp_path, capsys) -> None:
-    try:
-        import psycopg2  # noqa: F401
-        pytest.skip("psycopg2 is installed here: the driver is not missing")
-    except ImportError:
-        pass
+@pytest.mark.parametrize("url", ["postgresql://user:secret@127.0.0.1:1/db",
+                                 "postgresql+psycopg://user:secret@127.0.0.1:1/db"])
+def test_a_storage_driver_that_is_not_installed_names_the_extra(tmp_path, capsys, monkeypatch,
+                                                                url) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` fails, as uninstalled
     code, text = run(["tune", str(_small(tmp_path)), "--root", str(tmp_path), "--no-track",
-                      "--storage", "postgresql://user:secret@127.0.0.1:1/db"], capsys)
-    assert_refused(code, text, "not installed", "pip install psycopg2-binary")
-    assert "secret" not in text
+                      "--storage", url], capsys)
+    assert_refused(code, text, "not installed", "pip install -e '.[postgres]' (psycopg 3)")
+    assert "secret" not in text and "psycopg2" not in text
 
 
 TRACKING = {

@@ -620,5 +620,5 @@ def test_tune_help_says_trials_is_a_target_total(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["tune", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "the study's target total of finished trials, not a number to add" in text
+    assert "the study's target total of COMPLETE trials, not a number to add" in text
     assert "--switch-sampler" in text
