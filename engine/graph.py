@@ -15,7 +15,6 @@ takes a new row at the end.
 
 from __future__ import annotations
 
-import enum
 import functools
 import itertools
 from array import array
@@ -31,6 +30,7 @@ import numpy.typing as npt
 from .adjacency import AdjacencyIndex
 from .jit import exact_njit
 from .records import EdgeColumns, LooseEdges, NodeColumns, epoch_us
+from .records import EdgeType as EdgeType
 from .records import MemoryEdge as MemoryEdge
 from .records import MemoryNode as MemoryNode
 from .stores import ChangeLog
@@ -38,19 +38,6 @@ from .stores import ChangeLog
 FloatArray = npt.NDArray[np.float64]
 PositionArray = npt.NDArray[np.intp]
 BoolArray = npt.NDArray[np.bool_]
-
-
-class EdgeType(enum.StrEnum):
-    REPLY_TO = "REPLY_TO"
-    TOPIC_SIMILAR = "TOPIC_SIMILAR"
-    DOCUMENT_LINK = "DOCUMENT_LINK"
-    TEMPORAL_NEXT = "TEMPORAL_NEXT"
-    UPDATED_FROM = "UPDATED_FROM"
-    CAUSAL = "CAUSAL"
-    SUPPORTS = "SUPPORTS"
-    CONTRADICTS = "CONTRADICTS"
-    REFINES = "REFINES"
-    ELABORATES = "ELABORATES"
 
 
 # Decay never touches these (MSPR.md section 2.2).

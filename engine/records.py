@@ -22,14 +22,29 @@ exactly what was written.
 
 from __future__ import annotations
 
+import enum
 from array import array
 from collections.abc import MutableSequence
 from datetime import datetime
 from itertools import compress
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
-if TYPE_CHECKING:
-    from .graph import EdgeType
+
+class EdgeType(enum.StrEnum):
+    """The library's edge types (MSPR.md section 2.2); here, beside the edge record, so the
+    graph and the records need not import each other."""
+
+    REPLY_TO = "REPLY_TO"
+    TOPIC_SIMILAR = "TOPIC_SIMILAR"
+    DOCUMENT_LINK = "DOCUMENT_LINK"
+    TEMPORAL_NEXT = "TEMPORAL_NEXT"
+    UPDATED_FROM = "UPDATED_FROM"
+    CAUSAL = "CAUSAL"
+    SUPPORTS = "SUPPORTS"
+    CONTRADICTS = "CONTRADICTS"
+    REFINES = "REFINES"
+    ELABORATES = "ELABORATES"
+
 
 # The node fields coded in `NodeColumns.codes`, in that order.
 CODE_FIELDS = ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id")

@@ -41,7 +41,7 @@ import polars as pl
 from msprlab.datasets.atomic import write_json_atomic
 
 if TYPE_CHECKING:
-    from .commands import Context
+    from .experiment_config import ExperimentConfig
     from .pipeline import Prepared
 
 __all__ = ["Bundle", "provenance"]
@@ -100,16 +100,17 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def provenance(ctx: Context, prepared: Prepared, command: str,
-               run_id: str | None) -> dict[str, Any]:
-    """Which data, which config, which code: the record every number is traced to."""
+def provenance(cfg: ExperimentConfig, prepared: Prepared, command: str,
+               mlflow: dict[str, str] | None) -> dict[str, Any]:
+    """Which data, which config, which code: the record every number is traced to;
+    `mlflow`: the tracking URI, experiment and run id, when the run was tracked."""
     from .tracking import git_commit
     first = next(iter(prepared.tables.values()))
     splits = dict(prepared.split.value_counts().iter_rows())
     ds = prepared.dataset
     return {
-        "command": command, "experiment": ctx.cfg.name, "config_path": str(ctx.cfg.path),
-        "config_hash": ctx.cfg.digest(), "config": ctx.cfg.raw,
+        "command": command, "experiment": cfg.name, "config_path": str(cfg.path),
+        "config_hash": cfg.digest(), "config": cfg.raw,
         "dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest,
                     "store": str(prepared.store), "counts": ds.counts()},
         "labels": {"source": prepared.labels.source, "note": prepared.labels.note(),
@@ -121,12 +122,10 @@ def provenance(ctx: Context, prepared: Prepared, command: str,
                        "window_minutes": prepared.labels.window_minutes})},
         "git_commit": git_commit(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "mlflow": None if ctx.tracker is None or run_id is None else {
-            "tracking_uri": ctx.tracker.uri, "experiment": ctx.tracker.experiment,
-            "run_id": run_id},
-        "split": {"spec": {"test_fraction": ctx.cfg.split.test_fraction,
-                           "gap_days": ctx.cfg.split.gap_days,
-                           "per_user": ctx.cfg.split.per_user},
+        "mlflow": mlflow,
+        "split": {"spec": {"test_fraction": cfg.split.test_fraction,
+                           "gap_days": cfg.split.gap_days,
+                           "per_user": cfg.split.per_user},
                   "searches": {str(k): int(v) for k, v in splits.items()}},
         "replay": {"frequency": first.meta["frequency"],
                    "feedback_policy": first.meta["feedback_policy"],

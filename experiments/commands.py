@@ -35,6 +35,7 @@ from msprlab.experiments.exits import (
 from . import pipeline as P
 from .ablation import switches
 from .bundle import Bundle, provenance
+from .errors import redact_url
 from .evaluation import Arm, Scorer, arm_of
 from .experiment_config import (
     ExperimentConfig,
@@ -332,7 +333,6 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     The study is `study`, else on a database (shared by hosts) the experiment's name, on a
     journal NAME-CONFIGHASH-DATADIGEST (8 characters each). It records the dataset digest
     and the config hash: a process whose differ is refused (exit 2) before any trial."""
-    from .errors import redact_url
     from .tune import (
         Objective,
         best_config_snippet,
@@ -432,7 +432,6 @@ def study_summary(result: Any, n_trials: int, *, sampler: str | None = None,
     """What the study found, as JSON: the searched space and the weights fixed at 0, best
     (or Pareto) weights and values, importance, the sampler, and what the library snippet
     (`best_weights.contextkit.json`) cannot reproduce."""
-    from .errors import redact_url
     from .tune import SETTINGS_ATTR
     states = result.trials["state"].value_counts()
     space = result.study.user_attrs.get(SETTINGS_ATTR, {})  # as the study stores it
@@ -606,7 +605,11 @@ def _command(args: argparse.Namespace, which: str) -> int:
                 if ctx.tracker is not None else nullcontext()
             with run as run_id:
                 _log_run_header(ctx, prepared)
-                ctx.bundle.json(provenance(ctx, prepared, which, run_id), "provenance.json")
+                tracked = None if ctx.tracker is None or run_id is None else {
+                    "tracking_uri": redact_url(ctx.tracker.uri),
+                    "experiment": ctx.tracker.experiment, "run_id": run_id}
+                ctx.bundle.json(provenance(ctx.cfg, prepared, which, tracked),
+                                "provenance.json")
                 if which in ("ablate", "run"):
                     run_ablation(ctx, prepared)
                     if ctx.cfg.dataset.source == "scifact":
