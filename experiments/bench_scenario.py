@@ -126,9 +126,10 @@ def run_runner(path: Path, out: Path) -> RunnerRound:
     from msprlab.experiments import cli, scenario_run
 
     times = RunnerRound()
-    start = time.perf_counter()
-    strict_json.loads(path.read_text(encoding="utf-8"))
-    times.parse = time.perf_counter() - start
+    with scenario_run.spaced_gc():  # as the runner loads
+        start = time.perf_counter()
+        strict_json.loads(path.read_text(encoding="utf-8"))
+        times.parse = time.perf_counter() - start
 
     def adder(name: str) -> Callable[[float], None]:
         def add(seconds: float) -> None:
