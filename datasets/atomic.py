@@ -63,6 +63,17 @@ def _refuse(value: Any) -> Any:
     raise _Unusual
 
 
+def _table(rows: Iterable[Any]) -> bool:
+    """Whether every row is a non-empty dict, the first of plain values: worth a try of
+    `_Indented.table` (which checks the others)."""
+    rows = list(rows)
+    return _kinds(rows) == {dict} and all(rows) and _plain(rows[0].values())
+
+
+def _kinds(values: Iterable[Any]) -> set[type]:
+    return set(map(type, values))
+
+
 def _plain(values: Iterable[Any]) -> bool:
     """Whether no value is a container (so the C encoder writes them as json would)."""
     values = list(values)
@@ -113,6 +124,8 @@ class _Indented:
             text = "".join(encode(value, 0))
             out += ("{", inner, text[1:-1], close, "}")
             return
+        if _table(value.values()) and self.table(value, depth, out):
+            return
         self.enter(value)
         quote = _json_encoder.encode_basestring_ascii
         first = True
@@ -136,6 +149,8 @@ class _Indented:
             text = "".join(encode(value, 0))
             out += ("[", inner, text[1:-1], close, "]")
             return
+        if _table(value) and self.table(value, depth, out):
+            return
         self.enter(value)
         first = True
         for item in value:
@@ -144,6 +159,24 @@ class _Indented:
             self.value(item, depth + 1, out)
         out.append(close + "]")
         self.open.discard(id(value))
+
+    def table(self, value: list[Any] | dict[Any, Any], depth: int, out: list[str]) -> bool:
+        """A list, or dict, of `_table` rows at `depth`, in one call of the C encoder with
+        the rows' separators, then re-indented by replacing the braces. Only when inside
+        the outer brackets there is no bracket and no brace but one pair per row: then no
+        row holds a container (each row has its own pair) and no string a brace, so the
+        replacing touches the structure alone. False (nothing written) otherwise. Keys
+        that are not strings come out as json writes them: the C encoder is json's own."""
+        _, inner, close = self.level(depth)
+        text = "".join(self.level(depth + 1)[0](value, 0))
+        body, rows = text[1:-1], len(value)
+        if body.count("{") != rows or body.count("}") != rows or "[" in body:
+            return False
+        row_open, row_close = self.level(depth + 1)[1:]
+        body = (body.replace("{", "{" + row_open).replace("}", row_close + "}")
+                .replace("}," + row_open, "}," + inner))
+        out += (text[0], inner, body, close, text[-1])
+        return True
 
     def enter(self, container: Any) -> None:
         if id(container) in self.open:

@@ -24,6 +24,14 @@ VALUES = st.recursive(
     max_leaves=30)
 
 
+# Tables: lists and dicts of non-empty flat dicts, whose strings may hold brackets.
+BRACKETY = st.text(alphabet="ab{}[],: \n\"", max_size=6)
+ROW = st.dictionaries(BRACKETY | KEYS, SCALARS | BRACKETY, min_size=1, max_size=4)
+TABLES = (st.lists(ROW, min_size=1, max_size=4)
+          | st.dictionaries(BRACKETY, ROW, min_size=1, max_size=4)
+          | st.lists(ROW | VALUES, min_size=1, max_size=4))
+
+
 def both(data: Any, indent: int = 1) -> tuple[str, str]:
     def run(encode: Any) -> str:
         try:
@@ -38,6 +46,26 @@ def both(data: Any, indent: int = 1) -> tuple[str, str]:
 def test_the_text_is_json_dumps_text(data: Any, indent: int) -> None:
     want, got = both(data, indent)
     assert got == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=3), TABLES, max_size=3) | TABLES,
+       st.sampled_from([0, 1, 2]))
+def test_tables_are_json_dumps_text(data: Any, indent: int) -> None:
+    want, got = both(data, indent)
+    assert got == want
+
+
+@pytest.mark.parametrize("data", [
+    [{"a": 1}, {"b": "x{"}], [{"a": 1}, {}], {"k": {"a": 1}, "k{": {"b": 2}},
+    [{"a": {"b": 1}}, {"c": 2}], [{"a": 1}, {"c": [2]}], [{"a": "},\n  {"}, {"b": 1}],
+    [{1: 2, None: 3, 2.5: 4, False: 1}], {7: {"a": 1}}, [{"a": np.float64(0.3)}],
+], ids=["brace-in-string", "empty-row", "brace-in-key", "nested-dict", "nested-list",
+        "separator-in-string", "non-str-keys", "int-outer-key", "float-subclass"])
+def test_table_edge_cases(data: Any) -> None:
+    for indent in (0, 1, 3):
+        want, got = both(data, indent)
+        assert got == want
 
 
 @pytest.mark.parametrize("data", [
