@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from itertools import chain, repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from msprlab.datasets import strict_json
 from msprlab.engine.config import ConfigError, EngineConfig
@@ -434,6 +435,24 @@ _LIST = frozenset({list})
 _OPT_LIST = frozenset({list, _NULL})
 _EVENT_TYPES = frozenset({"search", "feedback"})
 _EDGE_TYPES = {name: EdgeType(name) for name in EdgeType.__members__}  # what _edge makes
+_Record = TypeVar("_Record", ScenarioMemory, ScenarioEdge, FeedbackEvent, SearchEvent)
+_FIELDS = {cls: tuple(f.name for f in fields(cls))
+           for cls in (ScenarioMemory, ScenarioEdge, FeedbackEvent, SearchEvent)}
+
+
+def _records(cls: type[_Record], *columns: list[Any]) -> list[_Record]:
+    """`list(map(cls, *columns))` for one of the frozen, slotted record classes above,
+    made a field at a time: the objects first, then each column stored through its slot
+    in one pass. (The generated `__init__` stores each value through `object.__setattr__`,
+    a call per value: a third of what checking edges cost.) The classes have no
+    `__post_init__` and every field comes from a column, so the records are the same."""
+    count = len(columns[0])
+    if any(len(column) != count for column in columns):
+        raise AssertionError(f"{cls.__name__} columns of unequal lengths")
+    made = list(map(object.__new__, repeat(cls, count)))
+    for name, column in zip(_FIELDS[cls], columns, strict=True):
+        deque(map(getattr(cls, name).__set__, made, column), maxlen=0)
+    return made
 
 
 def _kinds(values: Iterable[Any]) -> set[type]:
@@ -547,10 +566,10 @@ def _bulk_memories(value: Any, now: datetime, times: _Times) -> list[ScenarioMem
         return None
     created = [now if c is None else c for c in created]
     updated = [c if u is None else u for u, c in zip(updated, created, strict=True)]
-    return list(map(
+    return _records(
         ScenarioMemory, ids, texts, *map(_owner_ids, owners), *tenants, col("role"),
         col("allowed_roles"), [{} if m is None else dict(m) for m in metadata], embeddings,
-        created, updated, accessed, relevance, floor, access, *flags))
+        created, updated, accessed, relevance, floor, access, *flags)
 
 
 def _bulk_edges(value: Any, times: _Times) -> list[ScenarioEdge] | None:
@@ -566,8 +585,8 @@ def _bulk_edges(value: Any, times: _Times) -> list[ScenarioEdge] | None:
     updated = times.column(_column(rows, "updated_at"))
     if weights is None or updated is None:
         return None
-    return list(map(ScenarioEdge, src, dst, map(_EDGE_TYPES.__getitem__, kinds), weights,
-                    updated))
+    return _records(ScenarioEdge, src, dst, list(map(_EDGE_TYPES.__getitem__, kinds)),
+                    weights, updated)
 
 
 def _bulk_events(value: Any, vector_ids: set[str],
@@ -605,7 +624,7 @@ def _bulk_feedback(rows: list[dict[str, Any]],
     if not (_kinds(metadata) <= _OPT_DICT and _kinds(memory_ids) <= _STR
             and _kinds(helpful) <= _BOOL and all(_kinds(c) <= _OPT_STR for c in texts)):
         return None
-    return list(map(FeedbackEvent, memory_ids, helpful, *texts, metadata, at))
+    return _records(FeedbackEvent, memory_ids, helpful, *texts, metadata, at)
 
 
 def _bulk_searches(rows: list[dict[str, Any]], at: list[datetime | None],
@@ -625,8 +644,8 @@ def _bulk_searches(rows: list[dict[str, Any]], at: list[datetime | None],
     seeds = _bulk_seeds(seed_lists, vector_ids)
     if vectors is None or thresholds is None or seeds is None:
         return None
-    return list(map(SearchEvent, queries, vectors, *owners, filters, limits, thresholds,
-                    archived, seeds, at))
+    return _records(SearchEvent, queries, vectors, *owners, filters, limits, thresholds,
+                    archived, seeds, at)
 
 
 def _bulk_seeds(seed_lists: list[list[Any] | None],

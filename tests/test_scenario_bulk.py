@@ -154,3 +154,18 @@ def test_the_base_document_takes_the_bulk_path() -> None:
         fast = outcome(BASE)
     with walk_only():
         assert outcome(BASE) == fast
+
+
+def test_records_made_a_field_at_a_time_are_the_dataclass_records() -> None:
+    from msprlab.datasets.scenario import _FIELDS, _records
+
+    for cls, names in _FIELDS.items():
+        assert not hasattr(cls, "__post_init__"), cls
+        columns = [[f"{name}{i}" for i in range(3)] for name in names]
+        made = _records(cls, *columns)
+        assert made == list(map(cls, *columns))
+        assert [type(r) for r in made] == [cls] * 3
+        with pytest.raises(AttributeError):  # frozen as ever
+            made[0].__setattr__(names[0], "x")
+    with pytest.raises(AssertionError, match="unequal"):
+        _records(cls, *[[1, 2]] * (len(names) - 1), [1])
