@@ -107,12 +107,13 @@ def build_state(scenario: Scenario) -> EngineState:
         embedding = embeddings.get(m.id)
         if embedding is not None:
             graph.put_embedding(m.id, embedding)
+    now = scenario.now
+    upsert = graph.upsert_edge
     for e in scenario.edges:
-        edge = graph.upsert_edge(MemoryEdge(
-            src=e.src, dst=e.dst, type=e.type, weight=max(0.0, min(1.0, e.weight)),
-            created_at=scenario.now, updated_at=scenario.now))
-        if e.updated_at is not None:
-            edge.updated_at = e.updated_at
+        # Stamped with its own updated_at (else now) up front, which is what stamping it
+        # now and setting updated_at after the upsert left, for a new key or a repeated one.
+        upsert(MemoryEdge(e.src, e.dst, e.type, max(0.0, min(1.0, e.weight)), now,
+                          now if e.updated_at is None else e.updated_at))
     graph.changed()
     return state
 
