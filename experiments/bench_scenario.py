@@ -23,7 +23,8 @@ a run of the command pays it, and the collector runs as the command runs it
 
 The runner runs `--rounds` times (3): once before the library and the others after it, so
 the library sits between runner rounds; the runner figure is the median round, and the
-ratio's range uses the fastest and slowest. Before anything is timed, a small scenario
+ratio's range uses the fastest and slowest. Each run starts after a full collection (the
+library leaves objects behind). Before anything is timed, a small scenario
 goes through both sides, so that neither pays one-time costs (imports, numba loading its
 compiled loops) inside the timing. Without the library (msprlab[parity]) the library
 figure is the engine issue's search rate at 10,000 memories: a reference, NOT measured in
@@ -36,6 +37,7 @@ than absolute times.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import io
 import json
@@ -147,6 +149,7 @@ def run_runner(path: Path, out: Path) -> RunnerRound:
         stack.enter_context(_timing(scenario_run, "build_state", adder("build")))
         stack.enter_context(_timing(scenario_run, "search", adder("searches")))
         stack.enter_context(redirect_stdout(io.StringIO()))
+        gc.collect()  # no debt of the collector's from what ran before (the library's)
         start = time.perf_counter()
         status = cli.main(["scenario", "run", str(path), "--out", str(out)])
         times.total = time.perf_counter() - start
@@ -175,6 +178,7 @@ def run_library(path: Path, out: Path) -> LibraryRun:
     memory_class = importlib.import_module("outhad_contextkit.memory.main").Memory
     spent: list[float] = []
     with _timing(memory_class, "search", spent.append):
+        gc.collect()
         start = time.perf_counter()
         raw = json.loads(path.read_text(encoding="utf-8"))
         output = run_scenario_with_contextkit(raw)
