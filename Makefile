@@ -40,6 +40,7 @@ bench: setup  ## speed figures, printed as ratios measured side by side
 	$(BIN)/python -m msprlab.experiments.bench_metrics
 	$(BIN)/python -m msprlab.experiments.bench_replay
 	$(BIN)/python -m msprlab.experiments.bench_tune
+	$(BIN)/python -m msprlab.experiments.bench_scenario
 	$(BIN)/python -m msprlab.experiments.bench_world  # 250k memories end to end (minutes)
 
 # mypy resolves msprlab.* through a link tree, since the import packages map to

@@ -6,12 +6,16 @@ wrong. Unknown keys are ignored, as the format says.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from datetime import datetime
+from itertools import chain, repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from msprlab.datasets import strict_json
 from msprlab.engine.config import ConfigError, EngineConfig
@@ -213,6 +217,15 @@ def load_scenario(path: Path) -> Scenario:
 
 
 def parse_scenario(raw: Any, *, source: str = "<scenario>") -> Scenario:
+    """Validate a parsed scenario document into records (SCENARIOS.md).
+
+    The long lists (memories, edges, events) are checked in bulk, a column at a time
+    (`_bulk_memories` and the others below). A list a bulk check does not pass goes
+    through the precise walk (`_memory`, `_edge`, `_event`), which checks value by value
+    in document order and raises the `ScenarioError` naming the first bad value; and a
+    list the bulk checks pass, the walk would give the same records for. The sections
+    are taken in document order either way, so the first problem is the one reported.
+    """
     top = _Reader(source, raw).obj()
     fmt = top.get("format", "str", required=True)
     if fmt != FORMAT:
@@ -220,16 +233,27 @@ def parse_scenario(raw: Any, *, source: str = "<scenario>") -> Scenario:
     now = top.get("now", "time", DEFAULT_NOW)
     config, role = _config(top.child("config")) if "config" in raw else (
         _config(_Reader(source, {}, "$.config")))
-    memories = [_memory(m, now) for m in top.child("memories").items()] \
-        if "memories" in raw else []
+    times = _Times()
+    memories: list[ScenarioMemory] = []
+    if "memories" in raw:
+        bulk = _bulk_memories(raw["memories"], now, times)
+        memories = bulk if bulk is not None else [
+            _memory(m, now) for m in top.child("memories").items()]
     ids = [m.id for m in memories]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise top.child("memories").fail(f"memory id {dup!r} appears more than once")
-    edges = [_edge(e) for e in top.child("edges").items()] if "edges" in raw else []
+    edges: list[ScenarioEdge] = []
+    if "edges" in raw:
+        bulk_edges = _bulk_edges(raw["edges"], times)
+        edges = bulk_edges if bulk_edges is not None else [
+            _edge(e) for e in top.child("edges").items()]
     vector_ids = {m.id for m in memories if m.in_vector_store}
-    events = [_event(e, vector_ids) for e in top.child("events").items()] \
-        if "events" in raw else []
+    events: list[FeedbackEvent | SearchEvent] = []
+    if "events" in raw:
+        bulk_events = _bulk_events(raw["events"], vector_ids, times)
+        events = bulk_events if bulk_events is not None else [
+            _event(e, vector_ids) for e in top.child("events").items()]
     name = top.get("name", "str", Path(source).stem)
     return Scenario(name, source, now, config, role, memories, edges, events)
 
@@ -383,3 +407,263 @@ def _event(reader: _Reader, vector_ids: set[str]) -> FeedbackEvent | SearchEvent
         run_id=e.get("run_id", "opt_str"), filters=filters,
         limit=e.get("limit", "int", 100), threshold=e.get("threshold", "opt_num"),
         include_archived=e.get("include_archived", "bool", False), seeds=seeds, at=at)
+
+
+# ---- bulk checks -----------------------------------------------------------------------
+#
+# Each takes one list of the document and returns its records, or None when a check does
+# not pass; the caller then walks the list value by value (above) for the message. Every
+# check is the walk's, made over a column of values gathered once: `dict.get` with the
+# walk's default (so a key given as null is told apart where the walk tells it apart),
+# the set of the column's exact types against the types the walk accepts (bool is not an
+# int there, as in the walk; a subclass of dict or str is left to the walk), and one sum
+# for finiteness: a sum of numbers is finite only if each is (when it is not, an overflow
+# of finite values included, the walk decides). Timestamps are parsed once per distinct
+# text.
+
+_MISSING = object()  # a key not given, where the walk requires it: no type accepts it
+_NULL = type(None)
+_STR = frozenset({str})
+_OPT_STR = frozenset({str, _NULL})
+_NUM = frozenset({float, int})
+_OPT_NUM = frozenset({float, int, _NULL})
+_INT = frozenset({int})
+_BOOL = frozenset({bool})
+_DICT = frozenset({dict})
+_OPT_DICT = frozenset({dict, _NULL})
+_LIST = frozenset({list})
+_OPT_LIST = frozenset({list, _NULL})
+_EVENT_TYPES = frozenset({"search", "feedback"})
+_EDGE_TYPES = {name: EdgeType(name) for name in EdgeType.__members__}  # what _edge makes
+_Record = TypeVar("_Record", ScenarioMemory, ScenarioEdge, FeedbackEvent, SearchEvent)
+_FIELDS = {cls: tuple(f.name for f in fields(cls))
+           for cls in (ScenarioMemory, ScenarioEdge, FeedbackEvent, SearchEvent)}
+
+
+def _records(cls: type[_Record], *columns: list[Any]) -> list[_Record]:
+    """`list(map(cls, *columns))` for one of the frozen, slotted record classes above,
+    made a field at a time: the objects first, then each column stored through its slot
+    in one pass. (The generated `__init__` stores each value through `object.__setattr__`,
+    a call per value: a third of what checking edges cost.) The classes have no
+    `__post_init__` and every field comes from a column, so the records are the same."""
+    count = len(columns[0])
+    if any(len(column) != count for column in columns):
+        raise AssertionError(f"{cls.__name__} columns of unequal lengths")
+    made = list(map(object.__new__, repeat(cls, count)))
+    for name, column in zip(_FIELDS[cls], columns, strict=True):
+        deque(map(getattr(cls, name).__set__, made, column), maxlen=0)
+    return made
+
+
+def _kinds(values: Iterable[Any]) -> set[type]:
+    return set(map(type, values))
+
+
+def _rows(value: Any) -> list[dict[str, Any]] | None:
+    """The list itself when it is a list of objects."""
+    if type(value) is not list or not _kinds(value) <= _DICT:
+        return None
+    return value
+
+
+def _column(rows: list[dict[str, Any]], key: str, default: Any = None) -> list[Any]:
+    return list(map(dict.get, rows, repeat(key), repeat(default)))
+
+
+def _finite(values: list[Any]) -> bool:
+    """Whether numbers (not bools) sum to a finite float: then none is NaN or infinite."""
+    try:
+        return math.isfinite(sum(values))
+    except OverflowError:  # an integer too large for a float: the walk decides
+        return False
+
+
+def _numbers(values: list[Any], *, optional: bool) -> list[Any] | None:
+    """A column of finite numbers (or nulls, when optional) as floats, as `as_kind` reads
+    "num" / "opt_num"."""
+    kinds = _kinds(values)
+    if not kinds <= (_OPT_NUM if optional else _NUM):
+        return None
+    present = [v for v in values if v is not None] if _NULL in kinds else values
+    if not _finite(present):
+        return None
+    if int in kinds:
+        return [None if v is None else float(v) for v in values]
+    return values
+
+
+def _vectors(values: list[Any], *, allow_null: bool) -> list[Any] | None:
+    """A column of vectors (lists of finite numbers) as `_Reader.vector` reads each."""
+    kinds = _kinds(values)
+    if not kinds <= (_OPT_LIST if allow_null else _LIST):
+        return None
+    vectors = [v for v in values if v is not None] if _NULL in kinds else values
+    flat = list(chain.from_iterable(vectors))
+    number_kinds = _kinds(flat)
+    if not number_kinds <= _NUM or not _finite(flat):
+        return None
+    if int in number_kinds:
+        return [None if v is None else [float(x) for x in v] for v in values]
+    return [None if v is None else v[:] for v in values]
+
+
+def _owner_ids(values: list[Any]) -> list[Any]:
+    """`_memory`'s owner ids: falsy means absent."""
+    return [v or None for v in values] if "" in values else values
+
+
+class _Times:
+    """ISO-8601 texts parsed as `_parse_time` does, once per distinct text."""
+
+    def __init__(self) -> None:
+        self.parsed: dict[str, datetime] = {}
+
+    def column(self, values: list[Any]) -> list[datetime | None] | None:
+        """An "opt_time" column (strings or nulls) parsed; None when one does not parse."""
+        if not _kinds(values) <= _OPT_STR:
+            return None
+        parsed = self.parsed
+        for text in set(values):
+            if text is None or text in parsed:
+                continue
+            try:
+                moment = datetime.fromisoformat(text)
+                offset = moment.utcoffset()
+                if offset is not None:
+                    moment = (moment - offset).replace(tzinfo=None)
+            except (ValueError, OverflowError):
+                return None
+            parsed[text] = moment
+        return list(map(parsed.get, values))
+
+
+def _bulk_memories(value: Any, now: datetime, times: _Times) -> list[ScenarioMemory] | None:
+    """`[_memory(m, now) for m in ...]`, or None for the walk to find what is wrong."""
+    rows = _rows(value)
+    if rows is None:
+        return None
+    col = functools.partial(_column, rows)
+    ids, texts = col("id", _MISSING), col("text", "")
+    owners = [col(key) for key in ("user_id", "agent_id", "run_id")]
+    tenants = [col(key) for key in ("tenant_id", "sub_tenant_id")]
+    if not (_kinds(ids) <= _STR and _kinds(texts) <= _STR
+            and all(_kinds(c) <= _OPT_STR for c in (*owners, *tenants))):
+        return None
+    metadata = col("metadata")
+    access = col("access_count", 0)
+    flags = [col("archived", False), col("in_graph", True), col("in_vector_store", True)]
+    if not (_kinds(metadata) <= _OPT_DICT and _kinds(access) <= _INT
+            and (not access or min(access) >= 0) and all(_kinds(c) <= _BOOL for c in flags)):
+        return None
+    relevance = _numbers(col("relevance", 1.0), optional=False)
+    floor = _numbers(col("relevance_floor", 0.0), optional=False)
+    embeddings = _vectors(col("embedding"), allow_null=True)
+    created = times.column(col("created_at"))
+    updated = times.column(col("updated_at"))
+    accessed = times.column(col("last_accessed_at"))
+    if (relevance is None or floor is None or embeddings is None or created is None
+            or updated is None or accessed is None):
+        return None
+    created = [now if c is None else c for c in created]
+    updated = [c if u is None else u for u, c in zip(updated, created, strict=True)]
+    return _records(
+        ScenarioMemory, ids, texts, *map(_owner_ids, owners), *tenants, col("role"),
+        col("allowed_roles"), [{} if m is None else dict(m) for m in metadata], embeddings,
+        created, updated, accessed, relevance, floor, access, *flags)
+
+
+def _bulk_edges(value: Any, times: _Times) -> list[ScenarioEdge] | None:
+    """`[_edge(e) for e in ...]`, or None for the walk to find what is wrong."""
+    rows = _rows(value)
+    if rows is None:
+        return None
+    kinds, src, dst = (_column(rows, key, _MISSING) for key in ("type", "src", "dst"))
+    if not (_kinds(kinds) <= _STR and set(kinds) <= _EDGE_TYPES.keys()
+            and _kinds(src) <= _STR and _kinds(dst) <= _STR):
+        return None
+    weights = _numbers(_column(rows, "weight", 1.0), optional=False)
+    updated = times.column(_column(rows, "updated_at"))
+    if weights is None or updated is None:
+        return None
+    return _records(ScenarioEdge, src, dst, list(map(_EDGE_TYPES.__getitem__, kinds)),
+                    weights, updated)
+
+
+def _bulk_events(value: Any, vector_ids: set[str],
+                 times: _Times) -> list[FeedbackEvent | SearchEvent] | None:
+    """`[_event(e, vector_ids) for e in ...]`, or None for the walk to find what is wrong."""
+    rows = _rows(value)
+    if rows is None:
+        return None
+    kinds = _column(rows, "type", _MISSING)
+    if not (_kinds(kinds) <= _STR and set(kinds) <= _EVENT_TYPES):
+        return None
+    at = times.column(_column(rows, "at"))
+    if at is None:
+        return None
+    searches = [i for i, kind in enumerate(kinds) if kind == "search"]
+    feedback = [i for i, kind in enumerate(kinds) if kind == "feedback"]
+    found_searches = _bulk_searches([rows[i] for i in searches], [at[i] for i in searches],
+                                    vector_ids)
+    found_feedback = _bulk_feedback([rows[i] for i in feedback], [at[i] for i in feedback])
+    if found_searches is None or found_feedback is None:
+        return None
+    events: list[FeedbackEvent | SearchEvent] = [*found_searches, *found_feedback]
+    order = [*searches, *feedback]
+    out: list[FeedbackEvent | SearchEvent] = events[:]
+    for place, event in zip(order, events, strict=True):
+        out[place] = event
+    return out
+
+
+def _bulk_feedback(rows: list[dict[str, Any]],
+                   at: list[datetime | None]) -> list[FeedbackEvent] | None:
+    metadata = _column(rows, "metadata")
+    memory_ids, helpful = _column(rows, "memory_id", _MISSING), _column(rows, "helpful", _MISSING)
+    texts = [_column(rows, key) for key in ("user_id", "agent_id", "run_id", "query")]
+    if not (_kinds(metadata) <= _OPT_DICT and _kinds(memory_ids) <= _STR
+            and _kinds(helpful) <= _BOOL and all(_kinds(c) <= _OPT_STR for c in texts)):
+        return None
+    return _records(FeedbackEvent, memory_ids, helpful, *texts, metadata, at)
+
+
+def _bulk_searches(rows: list[dict[str, Any]], at: list[datetime | None],
+                   vector_ids: set[str]) -> list[SearchEvent] | None:
+    queries = _column(rows, "query", _MISSING)
+    filters = _column(rows, "filters")
+    owners = [_column(rows, key) for key in ("user_id", "agent_id", "run_id")]
+    limits = _column(rows, "limit", 100)
+    archived = _column(rows, "include_archived", False)
+    seed_lists = _column(rows, "seeds")
+    if not (_kinds(queries) <= _STR and _kinds(filters) <= _OPT_DICT
+            and all(_kinds(c) <= _OPT_STR for c in owners) and _kinds(limits) <= _INT
+            and _kinds(archived) <= _BOOL and _kinds(seed_lists) <= _OPT_LIST):
+        return None
+    vectors = _vectors(_column(rows, "query_embedding", _MISSING), allow_null=False)
+    thresholds = _numbers(_column(rows, "threshold"), optional=True)
+    seeds = _bulk_seeds(seed_lists, vector_ids)
+    if vectors is None or thresholds is None or seeds is None:
+        return None
+    return _records(SearchEvent, queries, vectors, *owners, filters, limits, thresholds,
+                    archived, seeds, at)
+
+
+def _bulk_seeds(seed_lists: list[list[Any] | None],
+                vector_ids: set[str]) -> list[list[tuple[str | None, float | None]]] | None:
+    """Every search's seeds, checked in one column of all of them, then dealt back."""
+    lists = [[] if seeds is None else seeds for seeds in seed_lists]
+    rows = _rows(list(chain.from_iterable(lists)))
+    if rows is None:
+        return None
+    ids = _column(rows, "id")
+    if not _kinds(ids) <= _OPT_STR or not set(ids) - {None} <= vector_ids:
+        return None
+    scores = _numbers(_column(rows, "score"), optional=True)
+    if scores is None:
+        return None
+    pairs = list(zip(ids, scores, strict=True))
+    out, start = [], 0
+    for seeds in lists:
+        out.append(pairs[start:start + len(seeds)])
+        start += len(seeds)
+    return out

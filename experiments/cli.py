@@ -52,8 +52,9 @@ def _run_one(path: Path, engine: str, with_subgraph: bool) -> dict[str, Any]:
         load_scenario(path)  # same validation and error messages on both engines
         raw = json.loads(path.read_text(encoding="utf-8"))
         return run_scenario_with_contextkit(raw, with_subgraph=with_subgraph)
-    from msprlab.experiments.scenario_run import run_parsed
-    return run_parsed(load_scenario(path), with_subgraph=with_subgraph)
+    from msprlab.experiments.scenario_run import run_parsed, spaced_gc
+    with spaced_gc():
+        return run_parsed(load_scenario(path), with_subgraph=with_subgraph)
 
 
 def print_output(console: Console, output: dict[str, Any]) -> None:
