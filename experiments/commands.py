@@ -176,6 +176,8 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     audit = P.isolation_audit(cfg, prepared, configs, progress=_stage(ctx.bar))
     ctx.console.print(audit_table(audit, policy=cfg.replay.policy))
+    if note := _chat_role_note(prepared, audit):
+        ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     ctx.bundle.frame(audit, "isolation/audit.parquet")
     if ctx.tracker is not None:
         ctx.tracker.metrics({f"isolation/{r['mode']}/{r['arm']}/leaked": r["leaked"]
@@ -211,6 +213,19 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
         ctx.bundle.frame(result.side_effects, "ablation/side_effects.parquet")
     _reference_rankers(ctx, prepared, result)
     return result
+
+
+def _chat_role_note(prepared: P.Prepared, audit: pl.DataFrame) -> str | None:
+    """Why an audit of memories added through `Memory.add` counts leaks: their payload
+    `role` is the chat role, which the role policy reads as an access role (MSPR.md
+    section 18, quirk 15)."""
+    roles = set(prepared.dataset.memories["role"].drop_nulls().unique().to_list())
+    if not roles or not roles <= {"user", "assistant", "system"} or not audit["leaked"].sum():
+        return None
+    return (f"the memories' payload role is a chat role ({', '.join(sorted(roles))}), which "
+            "Memory.add(..., infer=False) stores and RoleScopePolicy reads as an access role "
+            "(MSPR.md quirk 15): a searcher without that role is 'denied' them, so the leaks "
+            "above count that clash, not memories of another tenant")
 
 
 def _judged(ctx: Context, prepared: P.Prepared) -> str | None:

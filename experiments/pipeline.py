@@ -60,10 +60,12 @@ def builder_digest() -> str:
 
 
 def store_path(cfg: ExperimentConfig, root: Path) -> Path:
-    """runs/NAME-HASH.duckdb: the hash covers every dataset setting and the code that builds
-    the dataset, so a changed setting or builder makes a new store."""
+    """ROOT/runs/NAME-HASH.duckdb: the hash covers every dataset setting and the code that
+    builds the dataset, so a changed setting or builder makes a new store. An ingested
+    store (`source = "store"`) is the path as given, a relative one under ROOT (`--root`,
+    the working folder by default), as the built stores are."""
     if cfg.dataset.source == "store":
-        return Path(cfg.dataset.store)
+        return root / cfg.dataset.store  # an absolute path stays itself
     spec = json.dumps({**asdict(cfg.dataset), "code": builder_digest()}, sort_keys=True)
     stem = Path(cfg.dataset.store).stem
     digest = hashlib.sha256(spec.encode()).hexdigest()[:10]
@@ -111,8 +113,9 @@ def prepare_store(cfg: ExperimentConfig, root: Path, progress: Stage = _quiet) -
     if cfg.dataset.source == "store":
         how = ("msprlab ingest contextkit ... --store " + str(path) if cfg.dataset.labels ==
                "verdicts" else "msprlab ingest SOURCE ... --store " + str(path))
-        raise FileNotFoundError(f"dataset.store {path} does not exist (paths are from the "
-                                f"working folder); ingest it first: {how}")
+        raise FileNotFoundError(f"dataset.store {path} does not exist (a relative path is "
+                                f"under --root, the working folder by default); ingest it "
+                                f"first: {how}")
     dataset, truth = _build(cfg, progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     ingest(dataset, path, progress=lambda stage, done, total: progress(

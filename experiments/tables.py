@@ -48,7 +48,8 @@ def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
     rows = comparison.filter(pl.col("metric") == metric, pl.col("group_by").is_in(group_by))
     previous = None
     for r in rows.iter_rows(named=True):
-        group = r["group"] if r["group_by"] == "overall" else f"{r['group_by']}={r['group']}"
+        group = r["group"] if r["group_by"] == "overall" else (
+            f"{r['group_by']}={'(unlabelled)' if r['group'] is None else r['group']}")
         if r["low_support"]:
             group += " *"
         arm = r["arm"] if r["arm"] != previous else ""
@@ -69,7 +70,8 @@ def summary_table(summary: pl.DataFrame, *, metric: str, title: str) -> Table:
                          no_wrap=True)
     previous = None
     for r in summary.filter(pl.col("metric") == metric).iter_rows(named=True):
-        group = r["group"] if r["group_by"] == "overall" else f"{r['group_by']}={r['group']}"
+        group = r["group"] if r["group_by"] == "overall" else (
+            f"{r['group_by']}={'(unlabelled)' if r['group'] is None else r['group']}")
         if r["low_support"]:
             group += " *"
         arm = r["arm"] if r["arm"] != previous else ""

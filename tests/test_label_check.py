@@ -91,3 +91,18 @@ def test_the_world_checks_verdicts_against_its_truth(world_store, tmp_path, caps
 def test_a_definition_on_qrels_is_refused(capsys) -> None:
     assert check_main(["locomo", "--truth", str(WORLD / "truth" / "qrels.tsv")]) == 2
     assert 'dataset.labels must be "verdicts"' in capsys.readouterr().out
+
+
+def test_a_relative_store_is_under_root_and_chat_roles_are_named(world_store, tmp_path,
+                                                                  capsys) -> None:
+    # dataset.store = "runs/contextkit.duckdb" (the shipped definition's), found under --root
+    root = world_store.parents[1]
+    definition = tmp_path / "ck.toml"
+    definition.write_text(SHIPPED.read_text().replace("min_support = 30", "min_support = 5")
+                          .replace("trials = 300", "trials = 5"))
+    capsys.readouterr()
+    assert main(["ablate", str(definition), "--root", str(root), "--no-track"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"store {world_store}" in out
+    # the world's memories came through Memory.add: their payload role is the chat role
+    assert "the memories' payload role is a chat role (user)" in out and "quirk 15" in out
