@@ -35,13 +35,13 @@ regress: setup  ## the ranking-quality gate: the frozen benchmark against experi
 
 bench: setup  ## speed figures, printed as ratios measured side by side
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
-	$(BIN)/python -m msprlab.experiments.bench_engine
-	$(BIN)/python -m msprlab.experiments.bench_ingest
-	$(BIN)/python -m msprlab.experiments.bench_metrics
-	$(BIN)/python -m msprlab.experiments.bench_replay
-	$(BIN)/python -m msprlab.experiments.bench_tune
-	$(BIN)/python -m msprlab.experiments.bench_scenario
-	$(BIN)/python -m msprlab.experiments.bench_world  # 250k memories end to end (minutes)
+	PYTHONPATH=tests $(BIN)/python -m bench.bench_engine
+	PYTHONPATH=tests $(BIN)/python -m bench.bench_ingest
+	PYTHONPATH=tests $(BIN)/python -m bench.bench_metrics
+	PYTHONPATH=tests $(BIN)/python -m bench.bench_replay
+	PYTHONPATH=tests $(BIN)/python -m bench.bench_tune
+	PYTHONPATH=tests $(BIN)/python -m bench.bench_scenario
+	PYTHONPATH=tests $(BIN)/python -m bench.bench_world  # 250k memories end to end (minutes)
 
 # mypy resolves msprlab.* through a link tree, since the import packages map to
 # top-level folders (pyproject's package-dir) that mypy cannot follow on its own.

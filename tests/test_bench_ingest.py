@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from msprlab.experiments.bench_ingest import generate, main
+from bench.bench_ingest import generate, main
 
 
 def test_too_few_events_for_the_memories_is_a_clear_error() -> None:

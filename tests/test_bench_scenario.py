@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from msprlab.experiments.bench_scenario import main, run_runner, scenario_document, write_scenario
+from bench.bench_scenario import main, run_runner, scenario_document, write_scenario
 
 
 def test_the_scenario_is_seeded_and_holds_the_searches_asked_for() -> None:

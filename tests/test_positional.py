@@ -134,7 +134,7 @@ def test_a_seed_outside_the_graph_falls_back() -> None:
 
 
 def bench_world(n: int, seed: int) -> tuple[Any, list[Any]]:
-    from msprlab.experiments import bench_engine
+    from bench import bench_engine
 
     rng = np.random.default_rng(seed)
     world = bench_engine.generate(n, rng)
@@ -153,7 +153,7 @@ def test_whole_searches_match_the_object_path(seed: int) -> None:
     """The bench's graphs and requests, all signals on, each request twice (the searches
     count accesses, so the second time differs): one state searched over positions, one
     over the objects; every outcome the same, bit for bit."""
-    from msprlab.experiments import bench_engine
+    from bench import bench_engine
 
     world, reqs = bench_world(400, seed)
     plain, indexed = (bench_engine.build(world, "bfs") for _ in range(2))
@@ -209,16 +209,18 @@ def _node_fields(state: EngineState, rng: random.Random, mid: str) -> None:
 
 
 def _replace_node(state: EngineState, rng: random.Random, mid: str) -> None:
+    from bench.bench_engine import NOW
+
     from msprlab.engine.graph import MemoryNode
-    from msprlab.experiments.bench_engine import NOW
 
     state.graph.add_node(MemoryNode(mid, "", NOW, NOW, user_id=rng.choice(OWNERS),
                                     tenant_id="t0", access_count=rng.randrange(5)))
 
 
 def _new_memory(state: EngineState, rng: random.Random, mid: str) -> None:
+    from bench.bench_engine import NOW
+
     from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
-    from msprlab.experiments.bench_engine import NOW
 
     new = f"new{rng.randrange(1_000_000)}"
     state.payloads[new] = {"data": rng.choice(WORDS), "user_id": rng.choice(OWNERS)}
@@ -229,8 +231,9 @@ def _new_memory(state: EngineState, rng: random.Random, mid: str) -> None:
 
 
 def _edges(state: EngineState, rng: random.Random, mid: str) -> None:
+    from bench.bench_engine import NOW
+
     from msprlab.engine.graph import EdgeType, MemoryEdge
-    from msprlab.experiments.bench_engine import NOW
 
     edges = list(state.graph.incident(mid))
     if edges and rng.random() < 0.5:
@@ -251,8 +254,9 @@ def _late_payload(state: EngineState, rng: random.Random, mid: str) -> None:
 
 def _late_node(state: EngineState, rng: random.Random, mid: str) -> None:
     """The node of such a memory, joined to `mid`."""
+    from bench.bench_engine import NOW
+
     from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
-    from msprlab.experiments.bench_engine import NOW
 
     late = f"late{rng.randrange(8)}"
     if late in state.payloads and state.graph.get(late) is None:
@@ -278,7 +282,7 @@ def test_searches_between_writes_match_the_object_path(seed: int, store: str) ->
     positional path reads (columns, adjacency, its cache) must follow each of them, from
     the stores' change logs. Payloads in a plain dict have no log: every search takes the
     object path, with the same outcomes."""
-    from msprlab.experiments import bench_engine
+    from bench import bench_engine
 
     world, reqs = bench_world(400, seed)
     plain, indexed = (bench_engine.build(world, "bfs") for _ in range(2))
@@ -319,8 +323,9 @@ def test_a_payload_owner_that_is_not_a_str_falls_back_before_the_scope_test() ->
     """The object path compares str(owner): a payload owner 5 is confirmed by a scope of
     "5" (the node, untagged, does not block the walk). The arrays cannot code 5, so the
     search must fall back, not drop the candidate for want of an owner."""
+    from bench.bench_engine import NOW
+
     from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
-    from msprlab.experiments.bench_engine import NOW
 
     state = new_state(EngineConfig())
     for mid, owner in (("a", "5"), ("b", None)):
@@ -342,8 +347,9 @@ def test_a_payload_owner_that_is_not_a_str_falls_back_before_the_scope_test() ->
 def test_a_node_added_after_its_payload_was_read_past_is_indexed() -> None:
     """A payload stored, a search (its log entry read while the memory had no node), then
     the node: the next search must index the new position, and rank the memory."""
+    from bench import bench_engine
+
     from msprlab.engine.graph import EdgeType, MemoryEdge, MemoryNode
-    from msprlab.experiments import bench_engine
 
     world, reqs = bench_world(400, 0)
     req = reqs[0]
@@ -369,7 +375,7 @@ def test_a_node_added_after_its_payload_was_read_past_is_indexed() -> None:
 def test_a_stored_payload_that_is_not_a_mapping_only_matters_where_it_is_a_candidate() -> None:
     """The store keeps it as it is. Indexing it must not fail the search: a search that
     does not meet it ranks as the object path does, one that meets it falls back."""
-    from msprlab.experiments import bench_engine
+    from bench import bench_engine
 
     world, reqs = bench_world(400, 1)
     req = reqs[0]
@@ -392,7 +398,7 @@ def test_a_query_vector_given_as_an_embedding_searches_as_the_vector_does() -> N
     the same outcomes, on both paths; an empty one counts as no vector."""
     from dataclasses import replace
 
-    from msprlab.experiments import bench_engine
+    from bench import bench_engine
 
     world, reqs = bench_world(200, 1)
     for positional in (True, False):

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
+from bench.bench_ingest import generate
 from polars.testing import assert_frame_equal
 
 from msprlab.datasets import store as store_module
@@ -27,7 +28,6 @@ from msprlab.datasets.store import (
     open_store,
 )
 from msprlab.datasets.validate import IngestError
-from msprlab.experiments.bench_ingest import generate
 
 EXAMPLE = Path(__file__).parents[1] / "datasets" / "data" / "example_generic"
 
@@ -182,7 +182,7 @@ KILLED_INGEST = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from msprlab.datasets.store import ingest
-    from msprlab.experiments.bench_ingest import generate
+    from bench.bench_ingest import generate
 
     store, marker = Path(sys.argv[1]), Path(sys.argv[2])
     ds = generate(n_memories=500, n_queries=200, n_events=5_000, dim=8, seed=9)
@@ -200,7 +200,9 @@ def test_sigkill_during_ingest_leaves_the_old_store(small, other, tmp_path):
     path = tmp_path / "store.duckdb"
     ingest(small, path)
     marker = tmp_path / "marker"
-    child = subprocess.Popen([sys.executable, "-c", KILLED_INGEST, str(path), str(marker)])
+    benches = str(Path(__file__).parent)  # tests/: where `bench.bench_ingest` lives
+    child = subprocess.Popen([sys.executable, "-c", KILLED_INGEST, str(path), str(marker)],
+                             env={**os.environ, "PYTHONPATH": benches})
     try:
         deadline = time.monotonic() + 30
         while not marker.exists():

@@ -1,6 +1,6 @@
 """A production-sized world end to end: generate, ingest, replay, the ladder, 300 trials.
 
-    python -m msprlab.experiments.bench_world [--users 500] [--memories 500] [--searches 10000]
+    PYTHONPATH=tests python -m bench.bench_world [--users 500] [--memories 500] [--searches 10000]
 
 The synthetic generator (`datasets/synthetic.py`, the one behind `synthetic.toml`) scaled
 to `users` x `memories` memories (500 x 500 = 250k by default) with `searches` logged
@@ -151,7 +151,7 @@ def run_world(root: Path, *, users: int, memories: int, searches: int, trials: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m msprlab.experiments.bench_world",
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_world",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=500)
     parser.add_argument("--memories", type=int, default=500, help="memories per user")

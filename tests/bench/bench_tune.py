@@ -51,12 +51,11 @@ import polars as pl
 from optuna.storages import InMemoryStorage, JournalStorage
 
 from msprlab.engine.batch import WEIGHTS
-
-from . import tune as tune_module
-from .evaluation import Scorer, arm_of
-from .metrics import parse_metric
-from .splits import SplitSpec, split_searches
-from .tune import Objective, SearchSpace, tune
+from msprlab.experiments import tune as tune_module
+from msprlab.experiments.evaluation import Scorer, arm_of
+from msprlab.experiments.metrics import parse_metric
+from msprlab.experiments.splits import SplitSpec, split_searches
+from msprlab.experiments.tune import Objective, SearchSpace, tune
 
 DEFAULT_STORE = Path("build/bench/locomo.duckdb")
 SAMPLING = ("infer_relative_search_space", "sample_relative", "sample_independent")
@@ -112,7 +111,7 @@ def ensure_store(store: Path, searches: int, seed: int) -> None:
     if store.exists():
         print(f"store: {store} (exists)")
         return
-    from .cli import main as cli_main
+    from msprlab.experiments.cli import main as cli_main
     store.parent.mkdir(parents=True, exist_ok=True)
     print(f"store: {store} missing; ingesting LoCoMo with {searches:,} simulated searches "
           f"(seed {seed}), about a minute ...", flush=True)
@@ -126,9 +125,8 @@ def ensure_store(store: Path, searches: int, seed: int) -> None:
 
 def train_scorer(store: Path, metric: str) -> tuple[Scorer, Any]:
     from msprlab.datasets.store import load_dataset
-
-    from .replay import cached_replay
-    from .replay_cli import all_signals_config
+    from msprlab.experiments.replay import cached_replay
+    from msprlab.experiments.replay_cli import all_signals_config
     config = all_signals_config()
     start = time.perf_counter()
     table, cached = cached_replay(load_dataset(store), config,

@@ -1,6 +1,6 @@
 """`make bench`: `msprlab scenario run` end to end against the ContextKit library, per search.
 
-One seeded scenario file (SCENARIOS.md): the engine bench's world (experiments/bench_engine.py)
+One seeded scenario file (SCENARIOS.md): the engine bench's world (tests/bench/bench_engine.py)
 of `--memories` memories (10,000) with about five edges each, all MSPR signals on, BFS,
 its 200 feedback verdicts and then `--searches` searches (3,000), written to a temporary
 folder as `msprlab` writes JSON. Both sides take that file in and write an output file:
@@ -52,10 +52,10 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+from bench import bench_engine
 
 from msprlab.datasets import strict_json
 from msprlab.datasets.atomic import write_json_atomic
-from msprlab.experiments import bench_engine
 
 ALGORITHM = "bfs"
 FEEDBACK_QUERY = "what is w1 w2"

@@ -1,6 +1,6 @@
 """Ingest benchmark: a generated log of 1M events, validated and written to a DuckDB store.
 
-`python -m msprlab.experiments.bench_ingest [--events N] [--memories N] [--keep PATH]`
+`PYTHONPATH=tests python -m bench.bench_ingest [--events N] [--memories N] [--keep PATH]`
 prints the time of each stage and the peak resident memory of the process (generation
 included). The target (issue 4) is under 60 s and under 2 GB for 1M events on this kind of
 machine. The events include one memory_added per memory plus their updates and deletions

@@ -1,6 +1,6 @@
 """Time msprlab's personalised PageRank against networkx.pagerank on a large random digraph.
 
-Not collected by pytest. Run: python tests/bench_pagerank.py [--nodes 50000] [--edges 250000]
+Not collected by pytest. Run: python tests/bench/bench_pagerank.py [--nodes 50000] [--edges 250000]
 Needs networkx (the msprlab[parity] extra). Graph construction is not timed; both sides
 get the same graph, networkx as a DiGraph and msprlab as edge arrays in `edges` order.
 """
