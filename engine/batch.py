@@ -41,7 +41,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .config import RetrievalConfig
+from .config import WEIGHTS, RetrievalConfig
 from .intent import Intent, override_weights
 from .jit import exact_njit
 
@@ -51,8 +51,6 @@ __all__ = ["FEATURES", "INTENTS", "WEIGHTS", "CandidateBlock", "RowPlan", "inten
 
 # Feature k is multiplied by weight k, and the terms are added in this order (MSPR.md 10.5).
 FEATURES = ("dense", "lexical", "graph", "frequency", "personal", "success")
-WEIGHTS = ("alpha_dense", "beta_bm25", "gamma_graph", "epsilon_frequency", "delta_personal",
-           "zeta_success")
 INTENTS: tuple[Intent, ...] = tuple(Intent)
 
 Floats = npt.NDArray[np.float64]

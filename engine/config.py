@@ -52,6 +52,12 @@ def _check_bool(key: str, value: object) -> None:
 UNIT = (0.0, 1.0)
 
 
+# The six MSPR weights, by their `RetrievalConfig` field names, in the order the score adds
+# their terms (MSPR.md 10.5): every weight vector in msprlab is laid out in this order.
+WEIGHTS = ("alpha_dense", "beta_bm25", "gamma_graph", "epsilon_frequency", "delta_personal",
+           "zeta_success")
+
+
 @dataclass(frozen=True, slots=True)
 class RetrievalConfig:
     """`context_graph.retrieval.*`: seeds, expansion and the six ranking weights."""
@@ -78,8 +84,7 @@ class RetrievalConfig:
         _check_number(p + "seed_top_k", self.seed_top_k, 1, 100, integer=True)
         _check_number(p + "expansion_depth", self.expansion_depth, 0, 4, integer=True)
         _check_number(p + "max_candidates", self.max_candidates, 1, 500, integer=True)
-        for name in ("edge_weight_floor", "alpha_dense", "beta_bm25", "gamma_graph",
-                     "delta_personal", "epsilon_frequency", "zeta_success"):
+        for name in ("edge_weight_floor", *WEIGHTS):
             _check_number(p + name, getattr(self, name), *UNIT)
         _check_choice(p + "algorithm", self.algorithm, ("bfs", "ppr"))
         _check_number(p + "ppr_damping", self.ppr_damping, 0.0, 1.0,
