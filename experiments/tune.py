@@ -138,6 +138,7 @@ ORPHANED_EXIT = 3  # a worker's exit status when it ends because its parent died
 _STEP_ORDER_SEED = 20260105  # fixed: steps must pair across trials, calls and resumes
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 _COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)  # toward the target; a FAIL never is
+DROPPED_ATTR = "msprlab_dropped_retry"  # on a queued retry the study no longer needed
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _JSON = json.JSONEncoder(separators=(",", ":")).encode  # a journal line, as Optuna writes it
 _LABELS = tuple(label.value for label in INTENTS)
@@ -959,15 +960,25 @@ class _SharedRDB(RDBStorage):
                           ) -> FrozenTrial:
         if template_trial is not None or self.target is None:  # queued: nothing starts
             return super()._create_new_trial(study_id, template_trial)
-        with self._reserving(study_id):
+        # A queued retry holds its slot: a fresh trial must not take the place of the trial
+        # a dead worker left (it would leave the retry queued for good).
+        with self._reserving(study_id, queued_hold=True):
             return super()._create_new_trial(study_id, template_trial)
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
         if state != TrialState.RUNNING or self.target is None:
             return super().set_trial_state_values(trial_id, state, values)
-        with self._reserving(self._study_of(trial_id)):  # a queued trial
-            return super().set_trial_state_values(trial_id, state, values)
+        try:
+            with self._reserving(self._study_of(trial_id)):  # a queued trial
+                return super().set_trial_state_values(trial_id, state, values)
+        except _TargetReached:
+            # Only when a fresh trial slipped in between a stale trial's FAIL and its retry
+            # being queued: the study reaches N without this retry, which is dropped (marked),
+            # not left WAITING for ever.
+            self.set_trial_system_attr(trial_id, DROPPED_ATTR, "the study reached its target")
+            super().set_trial_state_values(trial_id, TrialState.FAIL)
+            raise
 
     def _study_of(self, trial_id: int) -> int:
         import sqlalchemy
@@ -979,16 +990,18 @@ class _SharedRDB(RDBStorage):
             return int(connection.execute(query).scalar_one())
 
     @contextmanager
-    def _reserving(self, study_id: int) -> Iterator[None]:
+    def _reserving(self, study_id: int, *, queued_hold: bool = False) -> Iterator[None]:
         """Under the study's lock: go on (start the trial) only while its COMPLETE, PRUNED
-        and RUNNING trials number fewer than the target; else `_TargetReached`."""
+        and RUNNING trials (and, with `queued_hold`, the WAITING ones) number fewer than
+        the target; else `_TargetReached`."""
         assert self.target is not None
         if study_id not in self._names:
             self._names[study_id] = self.get_study_name_from_id(study_id)
         with self.locked(self._names[study_id]):
             counts = self._states(study_id)
             counted = sum(counts.get(state, 0) for state in _COUNTED)
-            running = counts.get(TrialState.RUNNING, 0)
+            running = counts.get(TrialState.RUNNING, 0) + (
+                counts.get(TrialState.WAITING, 0) if queued_hold else 0)
             if counted + running >= self.target:
                 raise _TargetReached(counted, running)
             yield

@@ -38,6 +38,7 @@ from test_tune import NEW, base, scorer
 from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import load_experiment
 from msprlab.experiments.tune import (
+    DROPPED_ATTR,
     WORKER_ATTR,
     Objective,
     SearchSpace,
@@ -247,7 +248,12 @@ def test_tune_processes_share_one_study_through_a_kill(postgres, prepared: Path,
     assert killed in failed
     retried = {t.system_attrs["failed_trial"]: t for t in trials if "failed_trial" in
                t.system_attrs and t.state == TrialState.COMPLETE}
-    assert failed <= retried.keys()                              # every FAIL run again
+    # A retry is dropped (marked) only when a fresh trial took its slot in the instant
+    # between the stale trial's FAIL and its retry being queued; the study still has N.
+    dropped = {t.number: t.system_attrs["failed_trial"] for t in trials
+               if DROPPED_ATTR in t.system_attrs}
+    assert failed - dropped.keys() - set(dropped.values()) <= retried.keys()  # run again
+    failed -= dropped.keys() | set(dropped.values())
     for number in failed:  # with the parameters it had been given (if any, before the kill)
         assert retried[number].params.items() >= trials[number].params.items()
     assert len({t.user_attrs[WORKER_ATTR] for t in trials}) == runners  # every one took part
