@@ -295,7 +295,7 @@ def _query_embeddings(ds: Dataset, corpus: Corpus,
 @dataclass(frozen=True)
 class SimulatedUsers:
     """The simulated users: clicks, then verdicts, drawn from one generator (also what
-    `experiments.contextkit_world` shows the library's rankings to)."""
+    `experiments.parity.world` shows the library's rankings to)."""
 
     clicks: ClickModel
     verdicts: VerdictModel

@@ -45,14 +45,14 @@ def _scenario_files(target: Path) -> list[Path]:
 def _run_one(path: Path, engine: str, with_subgraph: bool) -> dict[str, Any]:
     if engine == "contextkit":
         try:
-            from msprlab.experiments.contextkit_adapter import run_scenario_with_contextkit
+            from msprlab.experiments.parity.adapter import run_scenario_with_contextkit
         except ImportError as exc:
             raise BadInput(f"--engine contextkit needs the parity extra: "
                            f"pip install 'msprlab[parity]' ({exc})") from None
         load_scenario(path)  # same validation and error messages on both engines
         raw = json.loads(path.read_text(encoding="utf-8"))
         return run_scenario_with_contextkit(raw, with_subgraph=with_subgraph)
-    from msprlab.experiments.scenario_run import run_parsed, spaced_gc
+    from msprlab.experiments.parity.scenario_run import run_parsed, spaced_gc
     with spaced_gc():
         return run_parsed(load_scenario(path), with_subgraph=with_subgraph)
 
@@ -123,7 +123,7 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
 
 
 def cmd_scenario_diff(args: argparse.Namespace) -> int:
-    from msprlab.experiments.scenario_diff import diff_outputs, format_divergences
+    from msprlab.experiments.parity.scenario_diff import diff_outputs, format_divergences
     console = stdout_console(80)
     try:
         a, b = (json.loads(p.read_text(encoding="utf-8")) for p in (args.a, args.b))
@@ -145,7 +145,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                   f"A (BFS), C (full MSPR) and D (PPR), shipped in {DEMO_SCENARIOS}. Scores "
                   "are rounded to 6 decimals here; `msprlab scenario run DIR --out OUT` writes "
                   "them at full precision.")
-    from msprlab.experiments.scenario_run import run_parsed
+    from msprlab.experiments.parity.scenario_run import run_parsed
     for path in _scenario_files(DEMO_SCENARIOS):
         print_output(console, run_parsed(load_scenario(path)))
     return EXIT_OK

@@ -1,5 +1,5 @@
 """Do feedback labels order the arms as the truth does? The check on a world whose truth is
-known (a ContextKit usage period on LoCoMo, `experiments/contextkit_world.py`).
+known (a ContextKit usage period on LoCoMo, `experiments/parity/world.py`).
 
 The ladder is scored twice on the same searches (the verdict occurrences of an experiment
 with `labels = "verdicts"`): with the verdict labels, and with the world's true qrels

@@ -21,7 +21,7 @@ os.environ.setdefault("OUTHAD_CONTEXTKIT_TELEMETRY", "false")
 pytest.importorskip("outhad_contextkit")
 
 from msprlab.datasets.scenario_gen import generate_batch
-from msprlab.experiments.contextkit_adapter import run_scenario_with_contextkit
+from msprlab.experiments.parity.adapter import run_scenario_with_contextkit
 
 pytestmark = pytest.mark.parity
 

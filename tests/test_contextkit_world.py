@@ -1,4 +1,4 @@
-"""The ContextKit world (`experiments/contextkit_world.py`): the committed fixture ingests
+"""The ContextKit world (`experiments/parity/world.py`): the committed fixture ingests
 with the counts its world.json announces and its truth is keyed by the verdicts' query
 hashes; a parity test regenerates a tiny world twice with the real library and finds the
 same files; bad command lines exit 2.
@@ -22,7 +22,7 @@ from msprlab.datasets.schema import Dataset
 from msprlab.datasets.sources.contextkit import load_contextkit
 from msprlab.datasets.store import ingest, load_dataset
 from msprlab.engine.success import hash_query
-from msprlab.experiments.contextkit_world import WorldSettings, generate_world, main
+from msprlab.experiments.parity.world import WorldSettings, generate_world, main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "contextkit_world"
 INPUTS = {"feedback_db": "feedback_events.db", "success_db": "query_success.db",

@@ -24,7 +24,7 @@ def test_both_packages_work_in_a_fresh_interpreter(tmp_path):
     pytest.importorskip("datasets")
     code = (
         "import datasets, json\n"
-        "from msprlab.experiments.scenario_run import run_scenario\n"
+        "from msprlab.experiments.parity.scenario_run import run_scenario\n"
         "assert hasattr(datasets, 'load_dataset'), datasets.__file__\n"
         "ds = datasets.Dataset.from_dict({'id': ['m1']})\n"
         f"out = run_scenario(json.load(open({str(SCENARIO)!r})))\n"

@@ -16,9 +16,9 @@ os.environ.setdefault("OUTHAD_CONTEXTKIT_TELEMETRY", "false")
 pytest.importorskip("outhad_contextkit")
 
 from msprlab.datasets.scenario_gen import generate_scenario
-from msprlab.experiments.contextkit_adapter import run_scenario_with_contextkit
-from msprlab.experiments.scenario_diff import diff_outputs, format_divergences, tolerance_for
-from msprlab.experiments.scenario_run import run_scenario
+from msprlab.experiments.parity.adapter import run_scenario_with_contextkit
+from msprlab.experiments.parity.scenario_diff import diff_outputs, format_divergences, tolerance_for
+from msprlab.experiments.parity.scenario_run import run_scenario
 
 pytestmark = pytest.mark.parity
 

@@ -10,7 +10,7 @@ import numpy as np
 from msprlab.datasets.scenario import parse_scenario
 from msprlab.datasets.scenario_gen import generate_scenario
 from msprlab.engine.graph import Embedding
-from msprlab.experiments.scenario_run import build_state, spaced_gc
+from msprlab.experiments.parity.scenario_run import build_state, spaced_gc
 
 
 def test_bulk_embeddings_are_embedding_of_each_vector() -> None:

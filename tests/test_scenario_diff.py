@@ -1,4 +1,4 @@
-"""msprlab.experiments.scenario_diff on hand-made outputs: what counts as a divergence."""
+"""msprlab.experiments.parity.scenario_diff on hand-made outputs: what counts as a divergence."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from msprlab.experiments.scenario_diff import (
+from msprlab.experiments.parity.scenario_diff import (
     BFS_TOLERANCE,
     PPR_TOLERANCE,
     Divergence,

@@ -226,7 +226,7 @@ def library_available() -> bool:
 
 def _scenario(world: World, algorithm: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     """The world as a ck-mspr-scenario/1 document (SCENARIOS.md) with the given events."""
-    from msprlab.experiments import contextkit_adapter as ck
+    from msprlab.experiments.parity import adapter as ck
 
     config = all_signals(algorithm)
     mspr = as_dict(config.mspr)
@@ -297,7 +297,7 @@ def time_library(world: World, algorithm: str, reqs: Sequence[SearchRequest]) ->
     `Memory.search` calls for the requests are timed; building the Memory and the adapter's
     own work are not.
     """
-    from msprlab.experiments.contextkit_adapter import run_scenario_with_contextkit
+    from msprlab.experiments.parity.adapter import run_scenario_with_contextkit
 
     feedback = [{"type": "feedback", "memory_id": memory_id, "helpful": helpful,
                  "user_id": user, "query": "what is w1 w2"}

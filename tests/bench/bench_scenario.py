@@ -129,7 +129,8 @@ def _timing(target: Any, name: str, add: Callable[[float], None]) -> Iterator[No
 
 def run_runner(path: Path, out: Path) -> RunnerRound:
     """`msprlab scenario run path --out out` in this process, timed in parts."""
-    from msprlab.experiments import cli, scenario_run
+    from msprlab.experiments import cli
+    from msprlab.experiments.parity import scenario_run
 
     times = RunnerRound()
     with scenario_run.spaced_gc():  # as the runner loads
@@ -171,7 +172,7 @@ class LibraryRun:
 
 def run_library(path: Path, out: Path) -> LibraryRun:
     """The file through `run_scenario_with_contextkit`, output written as the runner does."""
-    from msprlab.experiments.contextkit_adapter import run_scenario_with_contextkit
+    from msprlab.experiments.parity.adapter import run_scenario_with_contextkit
 
     # An empty scenario first: the adapter imports the library (its environment set) once.
     run_scenario_with_contextkit({"format": "ck-mspr-scenario/1"})
@@ -190,7 +191,7 @@ def run_library(path: Path, out: Path) -> LibraryRun:
 
 
 def agreement(library: Path, runner: Path) -> str:
-    from msprlab.experiments.scenario_diff import BFS_TOLERANCE, diff_outputs
+    from msprlab.experiments.parity.scenario_diff import BFS_TOLERANCE, diff_outputs
 
     expected, got = (json.loads(p.read_text(encoding="utf-8")) for p in (library, runner))
     divergences = diff_outputs(expected, got, tolerance=BFS_TOLERANCE)

@@ -8,7 +8,7 @@ event's `query_embedding`) and the vector store (it returns the event's `seeds`
 verbatim, and resolves a memory id to its payload).
 
 While a scenario runs, the library's clock is frozen at scenario time and its PostHog
-client class is replaced by an inert one; see `_contextkit_standins` for what is swapped
+client class is replaced by an inert one; see `standins` for what is swapped
 and why. The swaps are process-global: run scenarios one at a time per process (use
 processes, not threads, to run them in parallel).
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ._contextkit_standins import (
+from .standins import (
     STORE_DIMS,
     Clock,
     ScenarioEmbedder,

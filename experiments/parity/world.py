@@ -1,6 +1,6 @@
 """Make a world of ContextKit production artifacts with the real library, on LoCoMo.
 
-    python -m msprlab.experiments.contextkit_world --out DIR [--conversations K]
+    python -m msprlab.experiments.parity.world --out DIR [--conversations K]
         [--sessions S] [--searches N] [--seed S] [--no-query-share F] [--replace]
 
 needs the `parity` extra (outhad-contextkitai 0.1.4). The library's own `Memory` does the
@@ -34,7 +34,7 @@ what a deployment never has, the truth.
   share of the verdicts (`--no-query-share`, 3 % by default, drawn from a generator of its
   own) is recorded without `query=`, as production has them; those give no success row.
 - **Clock and ids.** Every clock the library reads is frozen to the scenario's
-  (`_contextkit_standins.frozen_library`, `frozen_datetime_module`) and memory ids come
+  (`standins.frozen_library`, `frozen_datetime_module`) and memory ids come
   from a counter, so one seed gives the same files: the SQLite stores and the graph
   export byte for byte, Qdrant's storage row for row.
 
@@ -57,7 +57,7 @@ DIR/query_success.db --graph-jsonl DIR/context_graph.jsonl --qdrant-path DIR/qdr
 
 The committed fixture `tests/fixtures/contextkit_world/` is (see its README.md)::
 
-    python -m msprlab.experiments.contextkit_world --out tests/fixtures/contextkit_world \\
+    python -m msprlab.experiments.parity.world --out tests/fixtures/contextkit_world \\
         --conversations 2 --sessions 4 --searches 500 --seed 0
 
 Exit status 0 on success, 2 on bad input (a plain message says which).
@@ -97,7 +97,8 @@ from msprlab.datasets.simulate import (
 from msprlab.datasets.timeline import to_datetime, to_us
 from msprlab.engine.success import hash_query
 
-from ._contextkit_standins import (
+from ..exits import EXIT_BAD_INPUT, EXIT_OK, BadInput, print_error
+from .standins import (
     COLLECTION,
     Clock,
     EmbedderConfig,
@@ -110,7 +111,6 @@ from ._contextkit_standins import (
     memory_config,
     remove_entries,
 )
-from .exits import EXIT_BAD_INPUT, EXIT_OK, BadInput, print_error
 
 __all__ = ["FORMAT", "WorldError", "WorldSettings", "generate_world", "main"]
 
@@ -584,7 +584,7 @@ def _check_out(out: Path, replace: bool) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m msprlab.experiments.contextkit_world",
+        prog="python -m msprlab.experiments.parity.world",
         description="Make ContextKit production artifacts (feedback_events.db, "
                     "query_success.db, context_graph.jsonl, qdrant/) with the real library "
                     "on LoCoMo, plus the truth (truth/qrels.tsv, truth/searches.parquet) "
