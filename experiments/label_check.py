@@ -30,7 +30,7 @@ from msprlab.datasets.trec import read_qrels
 from msprlab.engine import EngineConfig
 
 from . import pipeline as P
-from .exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
+from .cli.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
 from .experiment_config import ExperimentConfig, judged_metric, load_experiment
 from .metrics import parse_metric
 from .replay import CandidateTable

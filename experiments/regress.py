@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from msprlab.engine.batch import WEIGHTS
-from msprlab.experiments.exits import (
+from msprlab.experiments.cli.exits import (
     EXIT_BAD_INPUT,
     EXIT_FINDING,
     EXIT_OK,

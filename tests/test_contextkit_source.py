@@ -22,7 +22,7 @@ from msprlab.datasets.sources.contextkit import NODE_STATE_KEY, load_contextkit
 from msprlab.datasets.store import ingest, load_dataset
 from msprlab.datasets.validate import IngestError, validate
 from msprlab.engine.success import hash_query
-from msprlab.experiments.ingest_cli import add_ingest_commands
+from msprlab.experiments.cli.ingest import add_ingest_commands
 
 FIXTURE = Path(__file__).parent / "fixtures" / "contextkit"
 COLLECTION = "outhad_contextkit"

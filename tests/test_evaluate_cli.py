@@ -14,8 +14,9 @@ import pytest
 import pytrec_eval
 
 from msprlab.datasets.trec import read_qrels, read_run
-from msprlab.experiments.cli import EXIT_BAD_INPUT, EXIT_OK, main
-from msprlab.experiments.evaluate_cli import evaluate_run, rank_like_trec_eval
+from msprlab.experiments.cli import main
+from msprlab.experiments.cli.evaluate import evaluate_run, rank_like_trec_eval
+from msprlab.experiments.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from msprlab.experiments.metrics import parse_metric
 
 QRELS = """\

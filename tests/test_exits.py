@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from msprlab.experiments import cli
-from msprlab.experiments.exits import (
+import msprlab.experiments.cli.parser as cli
+from msprlab.experiments.cli.exits import (
     EXIT_BAD_INPUT,
     EXIT_INTERNAL,
     BadInput,

@@ -16,7 +16,7 @@ from msprlab.datasets.generic import read_generic
 from msprlab.datasets.schema import PROVENANCE
 from msprlab.datasets.store import ingest, load_dataset
 from msprlab.datasets.validate import IngestError, validate
-from msprlab.experiments.ingest_cli import add_ingest_commands
+from msprlab.experiments.cli.ingest import add_ingest_commands
 
 EXAMPLE = Path(__file__).parents[1] / "datasets" / "data" / "example_generic"
 

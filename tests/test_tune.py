@@ -29,10 +29,10 @@ from msprlab.datasets.synthetic import SyntheticSpec, generate_synthetic
 from msprlab.engine import config_from_dict
 from msprlab.engine.batch import WEIGHTS
 from msprlab.experiments import tune as tune_module
+from msprlab.experiments.cli.replay import all_signals_config
 from msprlab.experiments.evaluation import Arm, Scorer, arm_of, weights_of
 from msprlab.experiments.metrics import parse_metric
 from msprlab.experiments.replay import replay
-from msprlab.experiments.replay_cli import all_signals_config
 from msprlab.experiments.tune import (
     FIXED_ATTR,
     MIN_IMPORTANCE_TRIALS,
@@ -359,7 +359,7 @@ def test_config_snippet_round_trips(intent: bool, roles: bool) -> None:
 
 
 def all_signals_config_dict() -> dict:
-    from msprlab.experiments.replay_cli import ALL_SIGNALS
+    from msprlab.experiments.cli.replay import ALL_SIGNALS
     return ALL_SIGNALS
 
 

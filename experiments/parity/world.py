@@ -97,7 +97,7 @@ from msprlab.datasets.simulate import (
 from msprlab.datasets.timeline import to_datetime, to_us
 from msprlab.engine.success import hash_query
 
-from ..exits import EXIT_BAD_INPUT, EXIT_OK, BadInput, print_error
+from ..cli.exits import EXIT_BAD_INPUT, EXIT_OK, BadInput, print_error
 from .standins import (
     COLLECTION,
     Clock,
@@ -123,7 +123,7 @@ EXPORT_DELAY = timedelta(minutes=1)  # the graph is exported a minute after the 
 WORLD_FILES = ("world.json", "truth")
 # The shown ranking's grades are LoCoMo's binary evidence: 0 or 1.
 MAX_GRADE = 1
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]  # the repository (experiments/parity/world.py)
 _SOURCES = ("engine", "experiments", "datasets", "reports", "pyproject.toml")
 
 

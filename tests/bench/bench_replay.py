@@ -209,7 +209,7 @@ def _locomo_log(searches: int, seed: int) -> Any:
 def _timed_replay(ds: Any, frequency: str = "logged") -> tuple[float, Any]:
     """Seconds one replay of `ds` takes with every signal on, and its table."""
     from msprlab.experiments import replay as replay_module
-    from msprlab.experiments.replay_cli import all_signals_config
+    from msprlab.experiments.cli.replay import all_signals_config
     started = time.perf_counter()
     table = replay_module.replay(ds, all_signals_config(), frequency=frequency)
     return time.perf_counter() - started, table

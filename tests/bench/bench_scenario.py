@@ -129,7 +129,7 @@ def _timing(target: Any, name: str, add: Callable[[float], None]) -> Iterator[No
 
 def run_runner(path: Path, out: Path) -> RunnerRound:
     """`msprlab scenario run path --out out` in this process, timed in parts."""
-    from msprlab.experiments import cli
+    import msprlab.experiments.cli.parser as cli
     from msprlab.experiments.parity import scenario_run
 
     times = RunnerRound()

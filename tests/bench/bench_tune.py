@@ -125,8 +125,8 @@ def ensure_store(store: Path, searches: int, seed: int) -> None:
 
 def train_scorer(store: Path, metric: str) -> tuple[Scorer, Any]:
     from msprlab.datasets.store import load_dataset
+    from msprlab.experiments.cli.replay import all_signals_config
     from msprlab.experiments.replay import cached_replay
-    from msprlab.experiments.replay_cli import all_signals_config
     config = all_signals_config()
     start = time.perf_counter()
     table, cached = cached_replay(load_dataset(store), config,

@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from msprlab.experiments.exits import stdout_console
+from msprlab.experiments.cli.exits import stdout_console
 
 __all__ = ["Stage", "run_world", "world_definition"]
 

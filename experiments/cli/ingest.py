@@ -13,9 +13,9 @@ from typing import Any
 
 from msprlab.datasets.schema import Dataset
 from msprlab.datasets.store import Progress as ProgressCallback
-from msprlab.experiments.exits import BadInput
-from msprlab.experiments.ingest_run import add_store_arguments, run_ingest
-from msprlab.experiments.ingest_sources_cli import add_source_verbs
+from msprlab.experiments.cli.exits import BadInput
+from msprlab.experiments.cli.ingest_run import add_store_arguments, run_ingest
+from msprlab.experiments.cli.ingest_sources import add_source_verbs
 
 __all__ = ["add_ingest_commands"]
 

@@ -26,7 +26,7 @@ from msprlab.datasets.scenario import ScenarioError
 from msprlab.datasets.store import StoreConflictError, StoreError
 from msprlab.datasets.validate import IngestError
 
-from .experiment_config import ExperimentError
+from ..experiment_config import ExperimentError
 
 EXIT_OK, EXIT_FINDING, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 

@@ -19,7 +19,7 @@ from msprlab.datasets.schema import Dataset
 from msprlab.datasets.store import IngestReport, StoreConflictError, ingest
 from msprlab.datasets.store import Progress as ProgressCallback
 from msprlab.datasets.validate import IngestError
-from msprlab.experiments.exits import (
+from msprlab.experiments.cli.exits import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     BadInput,

@@ -21,7 +21,7 @@ from msprlab.engine import EngineConfig, config_from_dict
 from msprlab.engine.batch import WEIGHTS, row_ranks, scores
 from msprlab.engine.config import ConfigError
 from msprlab.engine.roles import POLICY_NAMES, RolePolicy, policy_from_name
-from msprlab.experiments.exits import (
+from msprlab.experiments.cli.exits import (
     EXIT_BAD_INPUT,
     EXIT_FINDING,
     EXIT_OK,
@@ -29,8 +29,8 @@ from msprlab.experiments.exits import (
     stdout_console,
 )
 
-from .evaluation import ranked_lists
-from .replay import FREQUENCY_MODES, CandidateTable, cached_replay, replay
+from ..evaluation import ranked_lists
+from ..replay import FREQUENCY_MODES, CandidateTable, cached_replay, replay
 
 __all__ = ["add_replay_command", "all_signals_config", "load_engine_config"]
 

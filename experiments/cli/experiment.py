@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from msprlab.engine.batch import WEIGHTS
-from msprlab.experiments.exits import (
+from msprlab.experiments.cli.exits import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     USER_ERRORS,
@@ -32,22 +32,22 @@ from msprlab.experiments.exits import (
     writable_folder,
 )
 
-from . import pipeline as P
-from .ablation import switches
-from .bundle import Bundle, provenance
-from .errors import redact_url
-from .evaluation import Arm, Scorer, arm_of
-from .experiment_config import (
+from .. import pipeline as P
+from ..ablation import switches
+from ..bundle import Bundle, provenance
+from ..errors import redact_url
+from ..evaluation import Arm, Scorer, arm_of
+from ..experiment_config import (
     ExperimentConfig,
     ExperimentError,
     judged_metric,
     load_experiment,
     shipped_experiments,
 )
-from .funnel import shares, with_shares
-from .metrics import parse_metric
-from .replay import question_of
-from .tables import (
+from ..funnel import shares, with_shares
+from ..metrics import parse_metric
+from ..replay import question_of
+from ..tables import (
     arms_table,
     audit_table,
     comparison_table,
@@ -59,7 +59,7 @@ from .tables import (
     reference_table,
     side_effect_table,
 )
-from .tracking import Tracker, flatten, git_commit, metric_key
+from ..tracking import Tracker, flatten, git_commit, metric_key
 
 __all__ = ["add_experiment_commands"]
 
@@ -301,7 +301,7 @@ def _reference_rankers(ctx: Context, prepared: P.Prepared, result: P.AblationRes
     """BM25 and dense-only on the ladder's test-window searches (`references.py`), against
     `off`: printed, bundled under references/, one MLflow child run each; not arms, so
     never tuned and labelled "reference" wherever they appear."""
-    from .references import reference_frame, reference_runs
+    from ..references import reference_frame, reference_runs
     cfg = ctx.cfg
     if not cfg.references.enabled:
         ctx.console.print("reference rankers: off ([references] enabled = false)",
@@ -348,7 +348,7 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     The study is `study`, else on a database (shared by hosts) the experiment's name, on a
     journal NAME-CONFIGHASH-DATADIGEST (8 characters each). It records the dataset digest
     and the config hash: a process whose differ is refused (exit 2) before any trial."""
-    from .tune import (
+    from ..tune import (
         Objective,
         best_config_snippet,
         is_database,
@@ -435,7 +435,7 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
         ctx.console.print(f"[yellow]note (best_weights.contextkit.json):[/yellow] {note}",
                           highlight=False)
     out = _test_window(ctx, test_scorer, base, best, snippet, metrics)
-    from .recovery import report_recovery
+    from ..recovery import report_recovery
     report_recovery(ctx.console, ctx.bundle, ctx.tracker, prepared.store, prepared.dataset.digest,
                     test_scorer, best, cfg.metrics.primary)
     return out
@@ -447,7 +447,7 @@ def study_summary(result: Any, n_trials: int, *, sampler: str | None = None,
     """What the study found, as JSON: the searched space and the weights fixed at 0, best
     (or Pareto) weights and values, importance, the sampler, and what the library snippet
     (`best_weights.contextkit.json`) cannot reproduce."""
-    from .tune import SETTINGS_ATTR
+    from ..tune import SETTINGS_ATTR
     states = result.trials["state"].value_counts()
     space = result.study.user_attrs.get(SETTINGS_ATTR, {})  # as the study stores it
     return {

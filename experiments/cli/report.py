@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from msprlab.experiments.exits import (
+from msprlab.experiments.cli.exits import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     BadInput,

@@ -54,8 +54,8 @@ from msprlab.datasets.sources.scifact import SPLITS
 from msprlab.datasets.store import Progress as ProgressCallback
 from msprlab.datasets.synthetic import SIGNALS, PlantedWeights, SyntheticSpec
 from msprlab.engine import EngineConfig, config_from_dict
-from msprlab.experiments.exits import EXIT_BAD_INPUT, EXIT_OK, print_error
-from msprlab.experiments.ingest_run import add_store_arguments, run_ingest
+from msprlab.experiments.cli.exits import EXIT_BAD_INPUT, EXIT_OK, print_error
+from msprlab.experiments.cli.ingest_run import add_store_arguments, run_ingest
 
 if TYPE_CHECKING:
     from msprlab.datasets.embed import Embedder

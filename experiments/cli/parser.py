@@ -15,9 +15,8 @@ from rich.table import Table
 
 from msprlab.datasets.atomic import write_json_atomic
 from msprlab.datasets.scenario import ScenarioError, load_scenario
-from msprlab.experiments.commands import add_experiment_commands
-from msprlab.experiments.evaluate_cli import add_evaluate_command
-from msprlab.experiments.exits import (
+from msprlab.experiments.cli.evaluate import add_evaluate_command
+from msprlab.experiments.cli.exits import (
     EXIT_BAD_INPUT,
     EXIT_FINDING,
     EXIT_HELP,
@@ -28,12 +27,13 @@ from msprlab.experiments.exits import (
     stdout_console,
     writable_folder,
 )
-from msprlab.experiments.ingest_cli import add_ingest_commands
+from msprlab.experiments.cli.experiment import add_experiment_commands
+from msprlab.experiments.cli.ingest import add_ingest_commands
+from msprlab.experiments.cli.replay import add_replay_command
+from msprlab.experiments.cli.report import add_report_command
 from msprlab.experiments.regress import add_regress_command
-from msprlab.experiments.replay_cli import add_replay_command
-from msprlab.experiments.report_cli import add_report_command
 
-DEMO_SCENARIOS = Path(__file__).parent / "scenarios"
+DEMO_SCENARIOS = Path(__file__).parents[1] / "scenarios"  # experiments/scenarios/
 
 
 def _scenario_files(target: Path) -> list[Path]:
