@@ -1,8 +1,8 @@
 """What every `msprlab ingest` verb shares: `run_ingest` (a progress bar while reading and
 writing, the counts at the end, exit status 2 with the message when a row is bad or the
 store holds another dataset) and the `--store` / `--replace` arguments. Its own module, so
-the generic and contextkit verbs (`ingest_cli`) and the shipped sources' verbs
-(`ingest_sources_cli`) both build on it without importing each other."""
+the generic and contextkit verbs (`ingest`) and the shipped sources' verbs
+(`ingest_sources`) both build on it without importing each other."""
 
 from __future__ import annotations
 
