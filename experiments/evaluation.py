@@ -35,7 +35,8 @@ from msprlab.engine.batch import (
 from .metrics import Judged, Metric, evaluate, judged_from_frames
 from .replay import CandidateTable, question_of
 
-__all__ = ["Arm", "Scorer", "arm_of", "ranked_lists", "weights_of"]
+__all__ = ["Arm", "Scorer", "arm_of", "per_search_frame", "ranked_lists", "ranking_values",
+           "weights_of"]
 
 GROUP_COLUMNS = ("intent", "question_type")
 
@@ -137,11 +138,7 @@ class Scorer:
     def frame(self, arm: Arm) -> pl.DataFrame:
         """One row per search: search, event_id, query_id, intent, question_type and one
         column per metric (named as `Metric.name`)."""
-        s = self.table.searches
-        values = self.values(arm)
-        return s.select("search", "event_id", question_of(s),
-                        pl.col("intent_label").alias("intent"), "question_type").with_columns(
-            **{m.name: pl.Series(values[m.name]) for m in self.metrics})
+        return per_search_frame(self.table.searches, self.values(arm), self.metrics)
 
     def rankings(self, arm: Arm) -> list[list[str]]:
         """Each search's returned memory ids in rank order (the slow, full-sort path)."""
@@ -159,6 +156,32 @@ class Scorer:
         pairs = [(a, b) for a, b in zip(ranked, logged, strict=True)
                  if b is not None]
         return sum(a == b for a, b in pairs), len(pairs)
+
+
+def per_search_frame(searches: pl.DataFrame, values: dict[str, np.ndarray],
+                     metrics: Sequence[Metric]) -> pl.DataFrame:
+    """One row per search (table order): search, event_id, query_id (the question),
+    intent, question_type and one column per metric: every ranker's per-search frame."""
+    return searches.select("search", "event_id", question_of(searches),
+                           pl.col("intent_label").alias("intent"), "question_type"
+                           ).with_columns(**{m.name: pl.Series(values[m.name]) for m in metrics})
+
+
+def ranking_values(table: CandidateTable, rankings: Sequence[Sequence[str]],
+                   metrics: Sequence[Metric]) -> dict[str, np.ndarray]:
+    """Metric name -> per-search values of given rankings (memory ids, best first, one list
+    per search in table order), against every judged memory of each search's query,
+    returned or not: how a ranker outside the batch scorer is scored like an arm."""
+    s = table.searches
+    pairs = (s.select("search", "query_id")
+             .join(table.qrels, on="query_id", maintain_order="left")
+             .select("search", "memory_id", grade="relevance").sort("search", maintain_order=True))
+    judged = judged_from_frames(s.select("search", "query_id"), pairs, table.qrels)
+    rank_of = [{m: r for r, m in enumerate(ids)} for ids in rankings]
+    ranks = np.fromiter((rank_of[k].get(m, -1) for k, m in pairs.select(
+        "search", "memory_id").iter_rows()), dtype=np.int64, count=pairs.height)
+    returned = np.array([len(ids) for ids in rankings], dtype=np.int64)
+    return evaluate(judged, ranks, metrics, n_returned=returned)
 
 
 def ranked_lists(table: CandidateTable, block: CandidateBlock,

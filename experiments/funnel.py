@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .metrics import Metric, evaluate, judged_from_frames
+from .evaluation import ranking_values
+from .metrics import Metric
 from .replay import CandidateTable
 
 __all__ = ["FUNNEL_COLUMNS", "FUNNEL_LABEL", "funnel_frame", "ideal_rankings", "shares",
@@ -61,20 +62,6 @@ def ideal_rankings(table: CandidateTable, *, roles: bool = False) -> list[list[s
     return [found.get(i, []) for i in range(table.searches.height)]
 
 
-def _ceiling(table: CandidateTable, rankings: list[list[str]], metric: Metric) -> np.ndarray:
-    """The metric of the given rankings, against every judged memory of the query."""
-    s = table.searches
-    pairs = (s.select("search", "query_id")
-             .join(table.qrels, on="query_id", maintain_order="left")
-             .select("search", "memory_id", grade="relevance").sort("search", maintain_order=True))
-    judged = judged_from_frames(s.select("search", "query_id"), pairs, table.qrels)
-    rank_of = [{m: r for r, m in enumerate(ids)} for ids in rankings]
-    ranks = np.fromiter((rank_of[k].get(m, -1) for k, m in pairs.select(
-        "search", "memory_id").iter_rows()), dtype=np.int64, count=pairs.height)
-    returned = np.array([len(ids) for ids in rankings], dtype=np.int64)
-    return evaluate(judged, ranks, [metric], n_returned=returned)[metric.name]
-
-
 def funnel_frame(table: CandidateTable, achieved: pl.DataFrame, *, metric: Metric,
                  roles: bool = False) -> pl.DataFrame:
     """One row per search: search, event_id, query_id, intent, question_type and the
@@ -98,7 +85,7 @@ def funnel_frame(table: CandidateTable, achieved: pl.DataFrame, *, metric: Metri
         seed = counts["seeds"].to_numpy() / n
         pool = counts["pool"].to_numpy() / n
     lost = np.where(counts["pool"].to_numpy() == 0, 1.0, 0.0)
-    ceiling = _ceiling(table, ideal_rankings(table, roles=roles), metric)
+    ceiling = ranking_values(table, ideal_rankings(table, roles=roles), [metric])[metric.name]
     columns = {"seed_recall": seed, "pool_recall": pool, "ceiling": ceiling,
                "achieved": achieved[metric.name].to_numpy(), "lost": lost}
     for name, values in columns.items():

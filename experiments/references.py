@@ -36,9 +36,10 @@ from msprlab.datasets.schema import Dataset
 from msprlab.datasets.timeline import Corpus, SeedPlan, Timeline, _search_groups, corpus_of
 from msprlab.engine import EngineConfig, new_state
 
+from .evaluation import per_search_frame, ranking_values
 from .funnel import ideal_rankings
-from .metrics import Metric, evaluate, judged_from_frames
-from .replay import CandidateTable, _query_vectors, question_of
+from .metrics import Metric
+from .replay import CandidateTable, _query_vectors
 
 __all__ = ["BM25_LABEL", "POOL_IDEAL_LABEL", "REFERENCE_RANKERS", "ReferenceRun",
            "bm25_rankings", "dense_label", "pool_ideal_run", "reference_frame",
@@ -182,15 +183,4 @@ def reference_frame(table: CandidateTable, run: ReferenceRun,
     if len(run.rankings) != s.height:
         raise ValueError(f"reference {run.name!r}: {len(run.rankings)} rankings for "
                          f"{s.height} searches")
-    pairs = (s.select("search", "query_id")
-             .join(table.qrels, on="query_id", maintain_order="left")
-             .select("search", "memory_id", grade="relevance").sort("search", maintain_order=True))
-    judged = judged_from_frames(s.select("search", "query_id"), pairs, table.qrels)
-    rank_of = [{m: r for r, m in enumerate(ids)} for ids in run.rankings]
-    ranks = np.fromiter((rank_of[k].get(m, -1) for k, m in pairs.select(
-        "search", "memory_id").iter_rows()), dtype=np.int64, count=pairs.height)
-    returned = np.array([len(ids) for ids in run.rankings], dtype=np.int64)
-    values = evaluate(judged, ranks, metrics, n_returned=returned)
-    return s.select("search", "event_id", question_of(s),
-                    pl.col("intent_label").alias("intent"), "question_type").with_columns(
-        **{m.name: pl.Series(values[m.name]) for m in metrics})
+    return per_search_frame(s, ranking_values(table, run.rankings, metrics), metrics)
