@@ -566,6 +566,23 @@ class MemoryEdge(_Record):
     def updated_at(self, value: datetime) -> None:
         self._cols.put_updated_at(self._row, value)
 
+    @classmethod
+    def in_columns(cls, cols: EdgeColumns, row: int, src: str, dst: str, type: EdgeType,
+                   created_at: datetime, evidence: str | None) -> MemoryEdge:
+        """An edge whose weight and updated_at are already row `row` of `cols` (a graph's
+        bulk load, `ContextGraph.upsert_edges`): what `bind` leaves after `__init__`,
+        without the one-row columns a loose edge starts with."""
+        edge = cls.__new__(cls)
+        edge.src = src
+        edge.dst = dst
+        edge.type = type
+        edge.created_at = created_at
+        edge.evidence = evidence
+        edge.metadata = {}
+        edge._cols = cols
+        edge._row = row
+        return edge
+
     def bind(self, cols: EdgeColumns) -> None:
         """Append its values to `cols` (a graph's) and read and write them there."""
         row = cols.append(self.weight, self.updated_at)

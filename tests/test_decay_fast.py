@@ -475,3 +475,64 @@ def test_the_compiled_exp_is_math_exp_bit_for_bit() -> None:
     exact_njit(_exp_each)(x, out)
     want = np.array([math.exp(v) for v in x.tolist()])
     assert out.tobytes() == want.tobytes()
+
+
+def random_batch(rng: random.Random, ids: list[str], n: int) -> list[tuple[Any, ...]]:
+    """(src, dst, type, weight, created_at, updated_at, evidence) rows for `upsert_edges`:
+    repeated keys, self loops, ids no node has yet, the odd int weight or aware time."""
+    out = []
+    for _ in range(n):
+        src = rng.choice(ids) if rng.random() < 0.9 else f"new{rng.randrange(20)}"
+        dst = src if rng.random() < 0.05 else rng.choice(ids)
+        when = random_time(rng, T, [])
+        r = rng.random()
+        weight: Any = 1 if r < 0.02 else random_weight(rng)
+        if 0.02 <= r < 0.04:
+            when = when.replace(tzinfo=UTC)
+        evidence = rng.choice([None, None, "seen together", ""])
+        out.append((src, dst, rng.choice(TYPES), weight, when - timedelta(hours=1), when,
+                    evidence))
+    return out
+
+
+def index_state(graph: ContextGraph) -> list[Any]:
+    """The adjacency index: each position's entries, in order, and which are stale."""
+    index = graph._index
+    return [[[a.tolist() for a in ends] for ends in index.ends], sorted(index.stale)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_upsert_edges_is_an_upsert_edge_per_edge(seed: int) -> None:
+    """The bulk load leaves the graph of one `upsert_edge` call per edge, down to the row
+    layout, the adjacency index and the columns (exotic or not), batch after batch, with
+    removals and adjacency reads in between."""
+    rng = random.Random(seed)
+    bulk, one_by_one = ContextGraph(), ContextGraph()
+    ids = [f"m{i}" for i in range(rng.choice([3, 30, 150]))]
+    clean = rng.random() < 0.5                          # no int weight, no aware time
+    for _ in range(4):
+        batch = random_batch(rng, ids, rng.choice([0, 1, 40, 900]))
+        if clean:
+            batch = [(s, d, k, float(w), c, u.replace(tzinfo=None), e)
+                     for s, d, k, w, c, u, e in batch]
+        with_evidence = rng.random() < 0.8
+        if not with_evidence:
+            batch = [(*row[:6], None) for row in batch]
+        for s, d, k, w, c, u, e in batch:
+            one_by_one.upsert_edge(MemoryEdge(src=s, dst=d, type=k, weight=w, created_at=c,
+                                              updated_at=u, evidence=e))
+        columns = [list(c) for c in zip(*batch, strict=True)] or [[] for _ in range(7)]
+        bulk.upsert_edges(*columns[:6], evidence=columns[6] if with_evidence else None)
+        if rng.random() < 0.5:
+            for graph in (bulk, one_by_one):
+                for n in ids[:10]:
+                    graph.adjacent(n)
+        doomed = rng.sample(range(len(list(bulk.edges()))), min(5, len(list(bulk.edges()))))
+        for graph in (bulk, one_by_one):
+            edges = list(graph.edges())
+            graph.remove_edges([edges[i] for i in doomed])
+        assert bulk.edge_columns.exotic == one_by_one.edge_columns.exotic
+        assert internals(bulk) == internals(one_by_one)
+        assert index_state(bulk) == index_state(one_by_one)
+        assert [(e.created_at, e.evidence, e.metadata) for e in bulk.edges()] == [
+            (e.created_at, e.evidence, e.metadata) for e in one_by_one.edges()]
