@@ -21,6 +21,7 @@ import bisect
 import functools
 import hashlib
 import json
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,7 +33,7 @@ import polars as pl
 from scipy import sparse
 
 from msprlab.engine import RetrievalConfig, Seed, archive
-from msprlab.engine.graph import EdgeType, Embedding, MemoryEdge, MemoryNode, row_norms_sq
+from msprlab.engine.graph import EdgeType, Embedding, MemoryNode, row_norms_sq
 from msprlab.engine.jit import exact_njit
 from msprlab.engine.ppr import stable_top_prefix
 from msprlab.engine.state import EngineState
@@ -257,15 +258,22 @@ class Timeline:
         self.seedable = np.zeros(len(corpus.memory_ids), dtype=bool)
         memories, edges = ds.memories, ds.edges
         self.memories = {name: memories[name].to_list() for name in _PAYLOAD_COLUMNS}
-        self.edges = {name: edges[name].to_list()
-                      for name in ("src", "dst", "type", "weight", "evidence")}
         created = memories["created_at"].cast(pl.Int64).to_numpy()
         row_of = {m: i for i, m in enumerate(corpus.memory_ids)}
-        src = [row_of.get(m) for m in self.edges["src"]]
-        dst = [row_of.get(m) for m in self.edges["dst"]]
-        _check_edges(self.edges, src, dst)
-        # Every type is known now: each edge takes its member from here, not `EdgeType(...)`.
-        self._edge_types = {kind: EdgeType(kind) for kind in set(self.edges["type"])}
+        kinds = edges["type"].to_list()
+        src = list(map(row_of.get, edges["src"].to_list()))
+        dst = list(map(row_of.get, edges["dst"].to_list()))
+        _check_edges(edges, kinds, src, dst)
+        # The edges as the graph takes them: ends as the corpus's own id strings (one
+        # object per memory, not one per edge end), each type's member made once, weights
+        # clamped as `max(0.0, min(1.0, float(w)))` (NaN -> 1.0).
+        ids = corpus.memory_ids
+        members = {kind: EdgeType(kind) for kind in set(kinds)}
+        self._edge_src = list(map(ids.__getitem__, src))
+        self._edge_dst = list(map(ids.__getitem__, dst))
+        self._edge_type = list(map(members.__getitem__, kinds))
+        self._edge_weight = _clamped_weights(edges["weight"])
+        self._edge_evidence = edges["evidence"].to_list()
         # An edge enters at its own time, or when its later end is added if that is later.
         ends = np.maximum(created[np.array(src, dtype=np.int64)],
                           created[np.array(dst, dtype=np.int64)])
@@ -283,6 +291,10 @@ class Timeline:
         self._times: list[int] = self._op_arrays[0].tolist()
         self._phases: list[int] = self._op_arrays[1].tolist()
         self._indexes: list[int] = self._op_arrays[2].tolist()
+        # per operation: where its run of consecutive edges ends (read at edges only), so
+        # `advance` hands a run to the graph in one call
+        starts = np.flatnonzero(np.diff(self._op_arrays[1], prepend=-1, append=-1) != 0)
+        self._run_end: list[int] = np.repeat(starts[1:], np.diff(starts)).tolist()
         self.next = 0  # the first operation not applied yet
         self._moment_us: int | None = None  # the last time `_datetime` made, and its datetime
         self._moment = _EPOCH
@@ -303,13 +315,15 @@ class Timeline:
         end = bisect.bisect_right(self._times, until_us, self.next)
         while self.next < end:
             position = self.next
+            phase = self._phases[position]
+            if phase == _LINK:
+                self.next = min(self._run_end[position], end)
+                self._link(position, self.next)
+                continue
             self.next += 1  # counted first: an operation that raises is not applied again
             index = self._indexes[position]
-            phase = self._phases[position]
             if phase == _ADD:
                 self._add(index)
-            elif phase == _LINK:
-                self._link(index, self._times[position])
             else:
                 self._delete(index)
 
@@ -348,14 +362,16 @@ class Timeline:
                 self.corpus.vectors[index].copy(), self._norms_sq[index]))
             self.seedable[index] = True
 
-    def _link(self, index: int, at: int) -> None:
-        edge = self.edges
-        moment = self._datetime(at)
-        self.state.graph.upsert_edge(MemoryEdge(
-            src=edge["src"][index], dst=edge["dst"][index],
-            type=self._edge_types[edge["type"][index]],
-            weight=max(0.0, min(1.0, float(edge["weight"][index]))), created_at=moment,
-            updated_at=moment, evidence=edge["evidence"][index]))
+    def _link(self, first: int, end: int) -> None:
+        """The edges of operations first..end-1 (a run of edges), each stamped with its
+        time, in one `upsert_edges` call (the same as an `upsert_edge` each)."""
+        edges = self._indexes[first:end]
+        moments = list(map(self._datetime, self._times[first:end]))
+        pick = operator.itemgetter(*edges) if len(edges) > 1 else (
+            lambda column: (column[edges[0]],))
+        self.state.graph.upsert_edges(
+            pick(self._edge_src), pick(self._edge_dst), pick(self._edge_type),
+            pick(self._edge_weight), moments, moments, pick(self._edge_evidence))
 
     def _delete(self, index: int) -> None:
         memory_id = self.corpus.memory_ids[index]
@@ -370,16 +386,27 @@ class Timeline:
         return self._moment
 
 
-def _check_edges(edges: dict[str, list[Any]], src: list[int | None],
+def _check_edges(edges: pl.DataFrame, kinds: list[Any], src: list[int | None],
                  dst: list[int | None]) -> None:
     """Every edge joins two memories and has a known type; else the first bad row's error."""
     known = EdgeType.__members__
-    for j, (a, b, kind) in enumerate(zip(src, dst, edges["type"], strict=True)):
+    for j, (a, b, kind) in enumerate(zip(src, dst, kinds, strict=True)):
         if a is None or b is None:
             raise ValueError(f"edges: row {j} joins {edges['src'][j]!r} -> {edges['dst'][j]!r}, "
                              "which is not a memory")
         if kind not in known:
             raise ValueError(f"edges: row {j} has type {kind!r}; known: {', '.join(known)}")
+
+
+def _clamped_weights(weights: pl.Series) -> list[float]:
+    """`max(0.0, min(1.0, float(w)))` of each weight, as Python floats: min gives 1.0
+    unless w < 1.0 (NaN included), max gives 0.0 unless the value is > 0.0 (-0.0 too)."""
+    if weights.null_count():  # float(None) raises, as the edge by edge load did
+        return [max(0.0, min(1.0, float(w))) for w in weights.to_list()]
+    w = weights.cast(pl.Float64).to_numpy()
+    capped = np.where(w < 1.0, w, 1.0)
+    found: list[float] = np.where(capped > 0.0, capped, 0.0).tolist()
+    return found
 
 
 def owner_cosine_seeds(corpus: Corpus, timeline: Timeline, query: int,
