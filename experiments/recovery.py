@@ -13,7 +13,7 @@ planted ones do?
   identifiable from this window, whatever the tuner leaves it at.
 
 `report_recovery` prints it beside the test window's figures when the store has a truth
-sidecar (`datasets.sidecars.truth_path`) for this dataset, writes `test/recovery.json`
+sidecar (`datasets.sidecars.truth_path`) for this dataset, writes `bundle.TEST_RECOVERY`
 into the results bundle and logs `recovery/cosine` to MLflow when a tracker is active.
 """
 
@@ -30,6 +30,7 @@ import numpy as np
 
 from msprlab.engine.batch import FEATURES, WEIGHTS
 
+from .bundle import TEST_RECOVERY
 from .evaluation import Arm, Scorer
 from .tracking import metric_key
 
@@ -104,7 +105,7 @@ def read_planted(store: Path, digest: str) -> dict[str, float] | None:
 
 def report_recovery(console: Any, bundle: Any, tracker: Any, store: Path, digest: str,
                     test: Scorer, tuned: Arm, metric: str) -> dict[str, Any] | None:
-    """Print, save (`test/recovery.json`) and log (`recovery/cosine`) the recovery of the
+    """Print, save (`bundle.TEST_RECOVERY`) and log (`recovery/cosine`) the recovery of the
     planted weights, when the store has a truth sidecar for `digest`; else do nothing."""
     planted = read_planted(store, digest)
     if planted is None:
@@ -121,7 +122,7 @@ def report_recovery(console: Any, bundle: Any, tracker: Any, store: Path, digest
                   "sweeps 0..1): " + ", ".join(
                       f"{k} {s['range']:.4f}" for k, s in result["sensitivity"].items()),
                   highlight=False)
-    bundle.json(result, "test/recovery.json")
+    bundle.json(result, TEST_RECOVERY)
     if tracker is not None:
         tracker.metrics({"recovery/cosine": result["cosine"],
                          f"recovery/planted/{metric_key(metric)}": result["planted_value"],

@@ -97,6 +97,7 @@ from optuna.trial import FrozenTrial, TrialState
 from msprlab.engine import EngineConfig
 from msprlab.engine.batch import INTENTS, WEIGHTS
 
+from .bundle import SNIPPET
 from .databases import driver_hint, sqlalchemy_url
 from .errors import ExperimentError, redact_url
 from .evaluation import Arm, Scorer
@@ -576,7 +577,7 @@ def snippet_notes(config: EngineConfig) -> tuple[str, ...]:
     """What `best_config_snippet` cannot carry: each msprlab correction on in `config`."""
     return tuple(
         f"msprlab.corrections.{f.name} is on in this experiment, and the library has no such "
-        f"setting (MSPR.md 18, {_CORRECTED_QUIRK[f.name]}): best_weights.contextkit.json "
+        f"setting (MSPR.md 18, {_CORRECTED_QUIRK[f.name]}): {SNIPPET} "
         "leaves it out, so the library ranks with that quirk, not as the tuned engine did"
         for f in fields(config.corrections) if getattr(config.corrections, f.name))
 
