@@ -153,16 +153,22 @@ def _log_run_header(ctx: Context, prepared: P.Prepared) -> None:
     ctx.tracker.params(P.engine_params(ctx.cfg.engine))
 
 
-def _arm_metrics(summary: pl.DataFrame, arm: str) -> dict[str, float]:
-    """An arm's means and group sizes for MLflow, one convention for every arm run (ladder
-    and test window): `ndcg_at_10` (overall), `ndcg_at_10/intent/FACTUAL`, and the group's
-    n as `n/intent/FACTUAL` (per query); per-search figures under `per_search/`."""
+def _arm_metrics(frame: pl.DataFrame, arm: str, *, stem: tuple[str, ...] = (),
+                 sizes: bool = True) -> dict[str, float]:
+    """An arm's means (and, with `sizes`, group sizes) for MLflow, from a long frame as
+    `stats.aggregate` gives it (a summary, or a funnel under `stem` ("funnel",)); one
+    convention for every arm run (ladder, references and test window): `ndcg_at_10`
+    (overall), `ndcg_at_10/intent/FACTUAL`, the group's n as `n/intent/FACTUAL` (per
+    query), per-search figures under `per_search/` (after the stem). A mean that is missing
+    or NaN is not logged (its n is)."""
     out: dict[str, float] = {}
-    for r in summary.filter(pl.col("arm") == arm).iter_rows(named=True):
+    for r in frame.filter(pl.col("arm") == arm).iter_rows(named=True):
         group = () if r["group_by"] == "overall" else (r["group_by"], str(r["group"]))
-        prefix = () if r["unit"] == "query" else ("per_search",)
-        out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
-        out[metric_key(*prefix, "n", *group) if group else metric_key(*prefix, "n")] = r["n"]
+        prefix = stem if r["unit"] == "query" else (*stem, "per_search")
+        if r["mean"] is not None and not math.isnan(r["mean"]):
+            out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
+        if sizes:
+            out[metric_key(*prefix, "n", *group)] = r["n"]
     return out
 
 
@@ -223,7 +229,7 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
                                     **{f"switch.{k}": v for k, v in
                                        switches(result.configs[name]).items()}})
                 ctx.tracker.metrics({**_arm_metrics(result.summary, name),
-                                    **_funnel_metrics(funnel, name),
+                                    **_arm_metrics(funnel, name, stem=("funnel",), sizes=False),
                                      "match/matched": match[name]["matched"],
                                      "match/logged": match[name]["logged"],
                                      "match/rate": match[name]["rate"]})
@@ -282,19 +288,6 @@ def _funnel(ctx: Context, prepared: P.Prepared, result: P.AblationResult,
             title=f"stage funnel by {group_by.replace('_', ' ')}, test window, per query: "
                   f"{primary}; labels: {prepared.labels.source}"))
     return frames, with_shares(summary)
-
-
-def _funnel_metrics(funnel: pl.DataFrame, arm: str) -> dict[str, float]:
-    """An arm's funnel for MLflow: `funnel/pool_recall`, `funnel/pool_recall/intent/FACTUAL`
-    (per query), `funnel/per_search/...` (per search)."""
-    out: dict[str, float] = {}
-    for r in funnel.filter(pl.col("arm") == arm).iter_rows(named=True):
-        if r["mean"] is None or math.isnan(r["mean"]):
-            continue
-        group = () if r["group_by"] == "overall" else (r["group_by"], str(r["group"]))
-        prefix = ("funnel",) if r["unit"] == "query" else ("funnel", "per_search")
-        out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
-    return out
 
 
 def _family(comparison: pl.DataFrame, reference: str, unit: str) -> str:
@@ -586,7 +579,7 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
             with ctx.tracker.child(f"test:{name}", tags={"msprlab.arm": name,
                                                          "msprlab.window": "test"}):
                 ctx.tracker.metrics({**_arm_metrics(summary, name),
-                                     **_funnel_metrics(funnel, name)})
+                                     **_arm_metrics(funnel, name, stem=("funnel",), sizes=False)})
     ctx.bundle.frame(comparison, TEST_COMPARISON)
     ctx.bundle.frame(summary, TEST_SUMMARY)
     for name, frame in frames.items():
