@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from msprlab.engine.batch import FEATURES, WEIGHTS
+from msprlab.engine.batch import FEATURES, WEIGHTS, Weights
 
 from .bundle import TEST_RECOVERY
 from .evaluation import Arm, Scorer
@@ -79,8 +79,8 @@ def recovery(test: Scorer, tuned: Arm, planted: Mapping[str, float], *,
             for name, v in (("tuned", t), ("planted", p))}
     return {
         "weights_order": list(WEIGHTS),
-        "tuned": dict(zip(WEIGHTS, t.tolist(), strict=True)),
-        "planted": dict(zip(WEIGHTS, p.tolist(), strict=True)),
+        "tuned": Weights(*t.tolist())._asdict(),
+        "planted": Weights(*p.tolist())._asdict(),
         "tuned_normalised": unit["tuned"], "planted_normalised": unit["planted"],
         "cosine": cosine(t, p),
         "metric": metric,

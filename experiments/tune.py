@@ -95,7 +95,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from msprlab.engine import EngineConfig
-from msprlab.engine.batch import INTENTS, WEIGHTS
+from msprlab.engine.batch import INTENTS, WEIGHTS, Weights
 
 from .bundle import SNIPPET
 from .databases import driver_hint, sqlalchemy_url
@@ -526,8 +526,7 @@ def tuned_config(config: EngineConfig, arm: Arm) -> EngineConfig:
     switch on when either is."""
     mspr = config.mspr
     return replace(
-        config, retrieval=replace(config.retrieval, **dict(zip(WEIGHTS, map(float, arm.weights),
-                                                               strict=True))),
+        config, retrieval=replace(config.retrieval, **Weights(*map(float, arm.weights))._asdict()),
         mspr=replace(mspr, enabled=mspr.enabled or arm.intent or arm.roles,
                      intent=replace(mspr.intent, enabled=arm.intent),
                      role=replace(mspr.role, enabled=arm.roles)))
@@ -640,8 +639,7 @@ def _with_fixed(base: Arm, space: SearchSpace) -> Arm:
     if not space.fixed:
         return base
     return replace(base, weights=tuple(0.0 if name in space.fixed else value
-                                       for name, value in zip(WEIGHTS, base.weights,
-                                                              strict=True)))
+                                       for name, value in base.named_weights._asdict().items()))
 
 
 def _prepare(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Objective, ...],
@@ -1407,7 +1405,7 @@ class _Reporter:
 
 def _weights(trial: FrozenTrial, base: Arm) -> tuple[float, ...]:
     return tuple(float(trial.params.get(name, value))
-                 for name, value in zip(WEIGHTS, base.weights, strict=True))
+                 for name, value in base.named_weights._asdict().items())
 
 
 def _record(trial: FrozenTrial, base: Arm) -> TrialRecord:

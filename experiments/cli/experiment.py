@@ -450,7 +450,7 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
                       f"{result.held + result.added:,}: {study_name} in {shown}",
                       highlight=False)
     ctx.console.print("best weights: " + ", ".join(
-        f"{k} {v:.3f}" for k, v in zip(WEIGHTS, best.weights, strict=True)), highlight=False)
+        f"{k} {v:.3f}" for k, v in best.named_weights._asdict().items()), highlight=False)
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     for note in cannot:
@@ -480,7 +480,7 @@ def study_summary(result: Any, n_trials: int, *, sampler: str | None = None,
         "space": space.get("space", {}), "fixed": space.get("fixed", {}),
         "trials": {state: int(n) for state, n in states.iter_rows()},
         "objectives": [o.label() for o in result.objectives],
-        "best": [{"weights": dict(zip(WEIGHTS, arm.weights, strict=True)),
+        "best": [{"weights": arm.named_weights._asdict(),
                   "intent": arm.intent, "roles": arm.roles,
                   "values": dict(zip([o.label() for o in result.objectives], values,
                                      strict=True))}
@@ -587,7 +587,7 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
         ctx.bundle.text(_trec_run(scorers[name], chosen[name]), trec_run_file(name))
     ctx.bundle.json(snippet, SNIPPET)
     configs = {**arms.references, "tuned": replace(arms.tuned, retrieval=replace(
-        arms.tuned.retrieval, **dict(zip(WEIGHTS, best.weights, strict=True))))}
+        arms.tuned.retrieval, **best.named_weights._asdict()))}
     ctx.bundle.frame(P.arms_frame(chosen, configs), TEST_ARMS)
     return {"comparison": comparison, "frames": frames, "best": best, "snippet": snippet}
 
