@@ -41,13 +41,13 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .config import WEIGHTS, RetrievalConfig
+from .config import WEIGHTS, RetrievalConfig, Weights
 from .intent import Intent, override_weights
 from .jit import exact_njit
 
-__all__ = ["FEATURES", "INTENTS", "WEIGHTS", "CandidateBlock", "RowPlan", "intent_weights",
-           "plan_rows", "ranks_of", "ranks_of_numpy", "row_ranks", "scores", "scores_numpy",
-           "warm_up"]
+__all__ = ["FEATURES", "INTENTS", "WEIGHTS", "CandidateBlock", "RowPlan", "Weights",
+           "intent_weights", "plan_rows", "ranks_of", "ranks_of_numpy", "row_ranks", "scores",
+           "scores_numpy", "warm_up"]
 
 # Feature k is multiplied by weight k, and the terms are added in this order (MSPR.md 10.5).
 FEATURES = ("dense", "lexical", "graph", "frequency", "personal", "success")
@@ -70,9 +70,9 @@ def intent_weights(weights: Sequence[float] | Floats, *, intent: bool = True) ->
     if not intent:
         return np.tile(np.array(base), (len(INTENTS), 1))
     # Validates the weights (range errors name the key); the overrides need no config.
-    RetrievalConfig(alpha_dense=base[0], beta_bm25=base[1], gamma_graph=base[2],
-                    epsilon_frequency=base[3], delta_personal=base[4], zeta_success=base[5])
-    rows = [list(override_weights(label, dict(zip(WEIGHTS, base, strict=True))).values())
+    named = Weights(*base)._asdict()
+    RetrievalConfig(**named)
+    rows = [list(override_weights(label, named).values())
             for label in INTENTS]
     return np.array(rows, dtype=np.float64)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 Algorithm = Literal["bfs", "ppr"]
 IntentStrategy = Literal["regex", "llm", "hybrid"]
@@ -52,10 +52,20 @@ def _check_bool(key: str, value: object) -> None:
 UNIT = (0.0, 1.0)
 
 
-# The six MSPR weights, by their `RetrievalConfig` field names, in the order the score adds
-# their terms (MSPR.md 10.5): every weight vector in msprlab is laid out in this order.
-WEIGHTS = ("alpha_dense", "beta_bm25", "gamma_graph", "epsilon_frequency", "delta_personal",
-           "zeta_success")
+class Weights(NamedTuple):
+    """The six MSPR weights, by their `RetrievalConfig` field names, in the order the score
+    adds their terms (MSPR.md 10.5): every weight vector in msprlab is laid out in this
+    order. A tuple, so it goes wherever a weight vector goes; `_asdict()` names them."""
+
+    alpha_dense: float
+    beta_bm25: float
+    gamma_graph: float
+    epsilon_frequency: float
+    delta_personal: float
+    zeta_success: float
+
+
+WEIGHTS = Weights._fields  # the names, in that order
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,28 +2,9 @@
 
 A command writes `ROOT/results/NAME-COMMAND-STAMP/` and logs the folder as artifacts of
 its MLflow parent run, so `msprlab report` renders from files alone (never re-running the
-engine). Layout:
-
-    provenance.json                  experiment, config hash and text, dataset digest and
-                                     source, store, git commit, command, MLflow run, split
-                                     sizes, frequency mode, feedback policy, seeds, timings
-    ablation/summary.parquet         stats.aggregate per arm and unit (query, search)
-    ablation/comparison.parquet      stats.compare of every arm against each reference arm
-                                     (`reference`: off, on-zero), per unit
-    ablation/side_effects.parquet    on-zero against on-zero without each recording block
-    ablation/match.parquet           per arm: rankings equal to the logged one
-    ablation/per_search/ARM.parquet  per-search metric values
-    ablation/arms.parquet            each arm's switches and weights
-    ablation/notes.json
-    study/trials.parquet             every trial: number, state, values, weights, duration
-    study/summary.json               best (or Pareto) weights, importance, notes
-    test/comparison.parquet          tuned against off and on-zero on the test window, per
-                                     unit, groups including seen/unseen
-    test/summary.parquet             off, on-zero and tuned per group and unit
-    test/per_search/{off,on-zero,tuned}.parquet
-    test/runs/{off,on-zero,tuned}.trec  TREC runs (scores strictly decreasing with rank)
-    test/arms.parquet
-    best_weights.contextkit.json     the snippet that pastes into Memory.from_config
+engine). The layout (each file's name, and what it holds) is defined once, below: the
+writers (`experiments.cli.experiment`, `experiments.recovery`) and the reader
+(`reports.load`) name the files by these constants, never by spelling them.
 """
 
 from __future__ import annotations
@@ -47,6 +28,52 @@ if TYPE_CHECKING:
 __all__ = ["Bundle", "provenance"]
 
 
+# ---- the layout: every file name a bundle holds, spelled here only ------------------------
+PROVENANCE = "provenance.json"  # experiment, config hash and text, dataset digest and
+#   source, store, git commit, command, MLflow run, split sizes, frequency mode, feedback
+#   policy, seeds, timings
+ABLATION = "ablation"  # the ladder's part
+ABLATION_SUMMARY = "ablation/summary.parquet"  # stats.aggregate per arm and unit
+ABLATION_COMPARISON = "ablation/comparison.parquet"  # stats.compare of every arm against
+#   each reference arm (`reference`: off, on-zero), per unit
+ABLATION_SIDE_EFFECTS = "ablation/side_effects.parquet"  # on-zero against on-zero without
+#   each recording block
+ABLATION_MATCH = "ablation/match.parquet"  # per arm: rankings equal to the logged one
+ABLATION_ARMS = "ablation/arms.parquet"  # each arm's switches and weights
+ABLATION_NOTES = "ablation/notes.json"
+ABLATION_FUNNEL = "ablation/funnel.parquet"  # the ladder arms' stage funnel
+ABLATION_FUNNEL_PART = "ablation/funnel"  # its per-search frames: per_search/ARM.parquet
+ISOLATION_AUDIT = "isolation/audit.parquet"  # leaks per arm, compat and strict
+REFERENCES = "references"  # the reference rankers (BM25, dense-only, ideal pool order)
+REFERENCES_SUMMARY = "references/summary.parquet"
+REFERENCES_COMPARISON = "references/comparison.parquet"
+REFERENCES_RANKERS = "references/rankers.json"
+SANITY_BM25 = "sanity/bm25.json"  # SciFact: plain BM25 over the whole corpus
+STUDY_TRIALS = "study/trials.parquet"  # every trial: number, state, values, weights, duration
+STUDY_SUMMARY = "study/summary.json"  # best (or Pareto) weights, importance, notes
+TEST = "test"  # the tuned weights once on the test window
+TEST_COMPARISON = "test/comparison.parquet"  # tuned against off and on-zero, per unit,
+#   groups including seen/unseen
+TEST_SUMMARY = "test/summary.parquet"  # off, on-zero and tuned per group and unit
+TEST_ARMS = "test/arms.parquet"
+TEST_FUNNEL = "test/funnel.parquet"
+TEST_RECOVERY = "test/recovery.json"  # a world with planted weights: their recovery
+TEST_RUNS = "test/runs"  # ARM.trec: TREC runs (scores strictly decreasing with rank)
+SNIPPET = "best_weights.contextkit.json"  # pastes into Memory.from_config
+PER_SEARCH = "per_search"  # under a part: ARM.parquet, per-search metric values
+PER_SEARCH_BEFORE = "per_query"  # its name in bundles written before the frames were
+#   named for their unit
+
+
+def per_search_file(part: str, arm: str) -> str:
+    """The per-search frame of `arm` under `part` (ABLATION, TEST, REFERENCES, ...)."""
+    return f"{part}/{PER_SEARCH}/{arm}.parquet"
+
+
+def trec_run_file(arm: str) -> str:
+    return f"{TEST_RUNS}/{arm}.trec"
+
+
 class Bundle:
     """Files of one command's results under `folder`."""
 
@@ -59,7 +86,7 @@ class Bundle:
         if not self.folder.is_dir():
             return
         files = [p for p in self.folder.rglob("*") if p.is_file()]
-        if all(p.name == "provenance.json" for p in files):
+        if all(p.name == PROVENANCE for p in files):
             shutil.rmtree(self.folder)
             with contextlib.suppress(OSError):  # `results/` itself, when nothing else is in it
                 self.folder.parent.rmdir()
@@ -80,7 +107,7 @@ class Bundle:
 
     def finish(self, started: float) -> None:
         """Stamp the provenance with the finish time and the duration."""
-        path = self.folder / "provenance.json"
+        path = self.folder / PROVENANCE
         record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         record["seconds"] = round(time.perf_counter() - started, 1)

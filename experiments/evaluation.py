@@ -25,6 +25,7 @@ from msprlab.engine.batch import (
     WEIGHTS,
     CandidateBlock,
     RowPlan,
+    Weights,
     plan_rows,
     ranks_of,
     row_ranks,
@@ -63,8 +64,12 @@ class Arm:
             if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
                 raise ValueError(f"arm {self.name!r}: {name} must be in [0, 1], got {value!r}")
 
+    @property
+    def named_weights(self) -> Weights:
+        return Weights(*self.weights)
+
     def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, **dict(zip(WEIGHTS, self.weights, strict=True)),
+        return {"name": self.name, **self.named_weights._asdict(),
                 "intent": self.intent, "roles": self.roles}
 
 

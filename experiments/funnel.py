@@ -112,7 +112,7 @@ def shares(summary: pl.DataFrame) -> pl.DataFrame:
 
 def with_shares(summary: pl.DataFrame) -> pl.DataFrame:
     """A funnel summary (long) with each cell's share of the ceiling added as rows with
-    `metric = "share"`: the form the bundle (`ablation/funnel.parquet`) and MLflow hold."""
+    `metric = "share"`: the form the bundle (`bundle.ABLATION_FUNNEL`) and MLflow hold."""
     share = shares(summary).select("arm", "unit", "group_by", "group", "n", "low_support",
                                    metric=pl.lit("share"), mean=pl.col("share"))
     return pl.concat([summary, share], how="diagonal_relaxed")

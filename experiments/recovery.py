@@ -13,7 +13,7 @@ planted ones do?
   identifiable from this window, whatever the tuner leaves it at.
 
 `report_recovery` prints it beside the test window's figures when the store has a truth
-sidecar (`datasets.sidecars.truth_path`) for this dataset, writes `test/recovery.json`
+sidecar (`datasets.sidecars.truth_path`) for this dataset, writes `bundle.TEST_RECOVERY`
 into the results bundle and logs `recovery/cosine` to MLflow when a tracker is active.
 """
 
@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from msprlab.engine.batch import FEATURES, WEIGHTS
+from msprlab.engine.batch import FEATURES, WEIGHTS, Weights
 
+from .bundle import TEST_RECOVERY
 from .evaluation import Arm, Scorer
 from .tracking import metric_key
 
@@ -78,8 +79,8 @@ def recovery(test: Scorer, tuned: Arm, planted: Mapping[str, float], *,
             for name, v in (("tuned", t), ("planted", p))}
     return {
         "weights_order": list(WEIGHTS),
-        "tuned": dict(zip(WEIGHTS, t.tolist(), strict=True)),
-        "planted": dict(zip(WEIGHTS, p.tolist(), strict=True)),
+        "tuned": Weights(*t.tolist())._asdict(),
+        "planted": Weights(*p.tolist())._asdict(),
         "tuned_normalised": unit["tuned"], "planted_normalised": unit["planted"],
         "cosine": cosine(t, p),
         "metric": metric,
@@ -104,7 +105,7 @@ def read_planted(store: Path, digest: str) -> dict[str, float] | None:
 
 def report_recovery(console: Any, bundle: Any, tracker: Any, store: Path, digest: str,
                     test: Scorer, tuned: Arm, metric: str) -> dict[str, Any] | None:
-    """Print, save (`test/recovery.json`) and log (`recovery/cosine`) the recovery of the
+    """Print, save (`bundle.TEST_RECOVERY`) and log (`recovery/cosine`) the recovery of the
     planted weights, when the store has a truth sidecar for `digest`; else do nothing."""
     planted = read_planted(store, digest)
     if planted is None:
@@ -121,7 +122,7 @@ def report_recovery(console: Any, bundle: Any, tracker: Any, store: Path, digest
                   "sweeps 0..1): " + ", ".join(
                       f"{k} {s['range']:.4f}" for k, s in result["sensitivity"].items()),
                   highlight=False)
-    bundle.json(result, "test/recovery.json")
+    bundle.json(result, TEST_RECOVERY)
     if tracker is not None:
         tracker.metrics({"recovery/cosine": result["cosine"],
                          f"recovery/planted/{metric_key(metric)}": result["planted_value"],

@@ -31,7 +31,6 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from msprlab.engine.batch import WEIGHTS
 from msprlab.experiments.cli.exits import (
     EXIT_BAD_INPUT,
     EXIT_FINDING,
@@ -206,8 +205,7 @@ def run_regress(definition: Path, root: Path, *, update: bool, console: Console,
         meta_path = path.with_suffix(".json")
         console.print(f"{experiment}: {frame.height:,} searches scored in "
                       f"{time.perf_counter() - started:.0f} s (data {digest[:12]}; weights "
-                      + ", ".join(f"{w}={v:g}" for w, v in zip(WEIGHTS, arm.weights,
-                                                              strict=True))
+                      + ", ".join(f"{w}={v:g}" for w, v in arm.named_weights._asdict().items())
                       + f"; intent {'on' if arm.intent else 'off'})", highlight=False)
         if update:
             gate.baseline_dir.mkdir(parents=True, exist_ok=True)

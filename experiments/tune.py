@@ -95,8 +95,9 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
 from msprlab.engine import EngineConfig
-from msprlab.engine.batch import INTENTS, WEIGHTS
+from msprlab.engine.batch import INTENTS, WEIGHTS, Weights
 
+from .bundle import SNIPPET
 from .databases import driver_hint, sqlalchemy_url
 from .errors import ExperimentError, redact_url
 from .evaluation import Arm, Scorer
@@ -525,8 +526,7 @@ def tuned_config(config: EngineConfig, arm: Arm) -> EngineConfig:
     switch on when either is."""
     mspr = config.mspr
     return replace(
-        config, retrieval=replace(config.retrieval, **dict(zip(WEIGHTS, map(float, arm.weights),
-                                                               strict=True))),
+        config, retrieval=replace(config.retrieval, **Weights(*map(float, arm.weights))._asdict()),
         mspr=replace(mspr, enabled=mspr.enabled or arm.intent or arm.roles,
                      intent=replace(mspr.intent, enabled=arm.intent),
                      role=replace(mspr.role, enabled=arm.roles)))
@@ -576,7 +576,7 @@ def snippet_notes(config: EngineConfig) -> tuple[str, ...]:
     """What `best_config_snippet` cannot carry: each msprlab correction on in `config`."""
     return tuple(
         f"msprlab.corrections.{f.name} is on in this experiment, and the library has no such "
-        f"setting (MSPR.md 18, {_CORRECTED_QUIRK[f.name]}): best_weights.contextkit.json "
+        f"setting (MSPR.md 18, {_CORRECTED_QUIRK[f.name]}): {SNIPPET} "
         "leaves it out, so the library ranks with that quirk, not as the tuned engine did"
         for f in fields(config.corrections) if getattr(config.corrections, f.name))
 
@@ -639,8 +639,7 @@ def _with_fixed(base: Arm, space: SearchSpace) -> Arm:
     if not space.fixed:
         return base
     return replace(base, weights=tuple(0.0 if name in space.fixed else value
-                                       for name, value in zip(WEIGHTS, base.weights,
-                                                              strict=True)))
+                                       for name, value in base.named_weights._asdict().items()))
 
 
 def _prepare(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Objective, ...],
@@ -1406,7 +1405,7 @@ class _Reporter:
 
 def _weights(trial: FrozenTrial, base: Arm) -> tuple[float, ...]:
     return tuple(float(trial.params.get(name, value))
-                 for name, value in zip(WEIGHTS, base.weights, strict=True))
+                 for name, value in base.named_weights._asdict().items())
 
 
 def _record(trial: FrozenTrial, base: Arm) -> TrialRecord:

@@ -16,6 +16,8 @@ from typing import Any
 
 import polars as pl
 
+from msprlab.experiments import bundle as layout
+
 from . import plots
 from ._format import (
     ALPHA,
@@ -327,7 +329,7 @@ def render_html(results: Results) -> str:
         label_note=label_note(results.provenance),
         judged=judged_line(results.ablation_comparison, results.test_comparison)
         if label_note(results.provenance) else None,
-        missing=results.missing,
+        missing=results.missing, parts=layout,  # the bundle's file names
         glance=_glance(results, primary, view), test=_test(results, primary),
         ablation=_ablation(results, primary), funnel=_funnel(results, primary),
         study=_study(results, view),

@@ -7,8 +7,8 @@ bundle's result files. A part that is present must have its columns: a frame wri
 other code is an error naming the file and the columns it lacks, not a half-rendered table.
 
 The stage funnel (`experiments.funnel`) is read from both of its files into one wide frame,
-`Results.funnel`: the ladder arms of `ablation/funnel.parquet`, then the arms of
-`test/funnel.parquet` the ladder lacks (`tuned`, and `off` and `on-zero` in a `tune` run),
+`Results.funnel`: the ladder arms of `bundle.ABLATION_FUNNEL`, then the arms of
+`bundle.TEST_FUNNEL` the ladder lacks (`tuned`, and `off` and `on-zero` in a `tune` run),
 `tuned` last. Both files are on the test window, so an arm in both has the same funnel.
 """
 
@@ -20,6 +20,28 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from msprlab.experiments.bundle import (
+    ABLATION,
+    ABLATION_ARMS,
+    ABLATION_COMPARISON,
+    ABLATION_FUNNEL,
+    ABLATION_NOTES,
+    ABLATION_SIDE_EFFECTS,
+    ABLATION_SUMMARY,
+    ISOLATION_AUDIT,
+    PER_SEARCH,
+    PER_SEARCH_BEFORE,
+    PROVENANCE,
+    SNIPPET,
+    STUDY_SUMMARY,
+    STUDY_TRIALS,
+    TEST,
+    TEST_ARMS,
+    TEST_COMPARISON,
+    TEST_FUNNEL,
+    TEST_RUNS,
+)
 
 __all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "FUNNEL_METRICS", "FUNNEL_SUMMARY_COLUMNS",
            "PARTS", "SUMMARY_COLUMNS", "BundleError", "Results", "load_bundle"]
@@ -38,11 +60,9 @@ FUNNEL_SUMMARY_COLUMNS = ("arm", "unit", "group_by", "group", "metric", "n", "me
 FUNNEL_METRICS = ("seed_recall", "pool_recall", "ceiling", "achieved", "lost", "share")
 
 # The files a full bundle holds (per-query frames and TREC runs are globbed apart).
-PARTS = ("provenance.json", "ablation/summary.parquet", "ablation/comparison.parquet",
-         "ablation/arms.parquet", "ablation/notes.json", "ablation/funnel.parquet",
-         "study/trials.parquet", "study/summary.json", "test/comparison.parquet",
-         "test/arms.parquet", "test/funnel.parquet", "best_weights.contextkit.json",
-         "isolation/audit.parquet")
+PARTS = (PROVENANCE, ABLATION_SUMMARY, ABLATION_COMPARISON, ABLATION_ARMS, ABLATION_NOTES,
+         ABLATION_FUNNEL, STUDY_TRIALS, STUDY_SUMMARY, TEST_COMPARISON, TEST_ARMS, TEST_FUNNEL,
+         SNIPPET, ISOLATION_AUDIT)
 _RESULTS = PARTS[1:]  # at least one of these makes a folder a bundle
 
 
@@ -70,7 +90,7 @@ def per_query(frame: pl.DataFrame | None) -> pl.DataFrame | None:
 def _per_search(part: Path) -> dict[str, int]:
     """Rows per arm of a part's per-search frames (`per_query/` in bundles written before
     the frames were named for their unit)."""
-    return _row_counts(part / "per_search") or _row_counts(part / "per_query")
+    return _row_counts(part / PER_SEARCH) or _row_counts(part / PER_SEARCH_BEFORE)
 
 
 class BundleError(ValueError):
@@ -173,7 +193,7 @@ def load_bundle(folder: Path | str) -> Results:
     holds none of a bundle's result files.
 
     >>> load_bundle("results/locomo-ablate-20260105-100000").missing    # doctest: +SKIP
-    ('study/trials.parquet', 'study/summary.json', 'test/comparison.parquet', ...)
+    (STUDY_TRIALS, STUDY_SUMMARY, TEST_COMPARISON, ...)  # as their file names
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -194,31 +214,29 @@ def load_bundle(folder: Path | str) -> Results:
     def document(part: str) -> Any:
         return _json(folder / part) if part in present else None
 
-    provenance, study, snippet = (document(p) for p in (
-        "provenance.json", "study/summary.json", "best_weights.contextkit.json"))
-    for part, value in (("provenance.json", provenance), ("study/summary.json", study),
-                        ("best_weights.contextkit.json", snippet)):
+    provenance, study, snippet = (document(p) for p in (PROVENANCE, STUDY_SUMMARY, SNIPPET))
+    for part, value in ((PROVENANCE, provenance), (STUDY_SUMMARY, study), (SNIPPET, snippet)):
         if value is not None and not isinstance(value, dict):
             raise BundleError(f"{folder / part}: expected a JSON object, got "
                               f"{type(value).__name__}")
-    notes = document("ablation/notes.json")
+    notes = document(ABLATION_NOTES)
     funnels = {part: None if (f := frame(part, FUNNEL_SUMMARY_COLUMNS)) is None
                else _funnel_wide(f, folder / part)
-               for part in ("ablation/funnel.parquet", "test/funnel.parquet")}
+               for part in (ABLATION_FUNNEL, TEST_FUNNEL)}
     return Results(
         folder=folder, provenance=provenance,
-        ablation_summary=per_query(frame("ablation/summary.parquet", SUMMARY_COLUMNS)),
-        ablation_comparison=headline(frame("ablation/comparison.parquet", COMPARISON_COLUMNS)),
-        ablation_arms=frame("ablation/arms.parquet", ("name",)),
-        ablation_notes=() if notes is None else _notes(notes, folder / "ablation/notes.json"),
-        ablation_per_query=_per_search(folder / "ablation"),
-        trials=frame("study/trials.parquet", TRIAL_COLUMNS), study=study,
-        test_comparison=headline(frame("test/comparison.parquet", COMPARISON_COLUMNS)),
-        side_effects=_frame(folder / "ablation/side_effects.parquet", ("block", "unit", "delta"))
-        if (folder / "ablation/side_effects.parquet").is_file() else None,
-        test_arms=frame("test/arms.parquet", ("name",)),
-        test_per_query=_per_search(folder / "test"),
-        test_runs=_line_counts(folder / "test" / "runs"),
-        snippet=snippet, audit=frame("isolation/audit.parquet", AUDIT_COLUMNS),
+        ablation_summary=per_query(frame(ABLATION_SUMMARY, SUMMARY_COLUMNS)),
+        ablation_comparison=headline(frame(ABLATION_COMPARISON, COMPARISON_COLUMNS)),
+        ablation_arms=frame(ABLATION_ARMS, ("name",)),
+        ablation_notes=() if notes is None else _notes(notes, folder / ABLATION_NOTES),
+        ablation_per_query=_per_search(folder / ABLATION),
+        trials=frame(STUDY_TRIALS, TRIAL_COLUMNS), study=study,
+        test_comparison=headline(frame(TEST_COMPARISON, COMPARISON_COLUMNS)),
+        side_effects=_frame(folder / ABLATION_SIDE_EFFECTS, ("block", "unit", "delta"))
+        if (folder / ABLATION_SIDE_EFFECTS).is_file() else None,
+        test_arms=frame(TEST_ARMS, ("name",)),
+        test_per_query=_per_search(folder / TEST),
+        test_runs=_line_counts(folder / TEST_RUNS),
+        snippet=snippet, audit=frame(ISOLATION_AUDIT, AUDIT_COLUMNS),
         funnel=_funnel(*funnels.values()),
         missing=tuple(p for p in PARTS if p not in present))

@@ -13,6 +13,15 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from msprlab.experiments.bundle import (
+    ABLATION_FUNNEL,
+    ISOLATION_AUDIT,
+    PROVENANCE,
+    SNIPPET,
+    TEST_COMPARISON,
+    TEST_FUNNEL,
+)
+
 from ._format import (
     ALPHA,
     FUNNEL_HEADER,
@@ -65,7 +74,7 @@ def _test_section(results: Results, metric: str, min_support: object) -> list[st
            explain(label_source(results.provenance)), ""]
     comparison = results.test_comparison
     if comparison is None:
-        return [*out, "Not in this bundle (no test/comparison.parquet): the weight search "
+        return [*out, f"Not in this bundle (no {TEST_COMPARISON}): the weight search "
                 "was not run (`msprlab ablate` writes no test window comparison).", ""]
     header = ["group", "n", "off", "tuned", "Δ", "95% CI of Δ", "p t (adj)",
               "p perm (adj)", "significant"]
@@ -119,7 +128,7 @@ def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
 def _funnel_section(results: Results, metric: str | None) -> list[str]:
     out = ["## Stage funnel (per query, test window)", ""]
     if results.funnel is None:
-        return [*out, "Not in this bundle: ablation/funnel.parquet and test/funnel.parquet "
+        return [*out, f"Not in this bundle: {ABLATION_FUNNEL} and {TEST_FUNNEL} "
                 "are absent (bundles written before the stage funnel have none).", ""]
     metric = metric or "the primary metric"
     out += [f"Where {metric} is lost between the dense seeds and the returned list, per arm.",
@@ -150,7 +159,7 @@ def _weights_section(results: Results) -> list[str]:
         weights = {k: float(v) for k, v in retrieval.items() if isinstance(v, int | float)}
     if not weights:
         return [*out, "Not in this bundle: no weight search (study/ and "
-                "best_weights.contextkit.json are absent).", ""]
+                f"{SNIPPET} are absent).", ""]
     if view.counts:
         out += [f"Weight search: {sum(view.counts.values()):,} trials ("
                 + ", ".join(f"{n:,} {s.lower()}" for s, n in view.counts.items()) + ").", ""]
@@ -160,7 +169,7 @@ def _weights_section(results: Results) -> list[str]:
         out += [f"Best trial {view.best_number} (train window): {values}"
                 + (f"; baseline trial: {base}" if base else "") + ".", ""]
     out += _table(["weight", "value"], [[k, fmt(v)] for k, v in weights.items()])
-    where = ("best_weights.contextkit.json (pastes into `Memory.from_config`)"
+    where = (f"{SNIPPET} (pastes into `Memory.from_config`)"
              if results.snippet is not None else "no ContextKit snippet in this bundle")
     return [*out, "", f"Config snippet: {where}.", ""]
 
@@ -169,7 +178,7 @@ def _audit_section(results: Results) -> list[str]:
     out = ["## Isolation audit", ""]
     audit = results.audit
     if audit is None:
-        return [*out, "Not in this bundle: isolation/audit.parquet is absent.", ""]
+        return [*out, f"Not in this bundle: {ISOLATION_AUDIT} is absent.", ""]
     rows = []
     cells = {(r["arm"], r["mode"]): r for r in audit.iter_rows(named=True)}
     for arm in audit.get_column("arm").unique(maintain_order=True).to_list():
@@ -188,7 +197,7 @@ def _audit_section(results: Results) -> list[str]:
 def _provenance_section(results: Results) -> list[str]:
     items = provenance_items(results.provenance)
     if not items:
-        return ["## Provenance", "", "Not in this bundle: provenance.json is absent.", ""]
+        return ["## Provenance", "", f"Not in this bundle: {PROVENANCE} is absent.", ""]
     return ["## Provenance", "", *(f"- **{label}**: {_cell(value)}" for label, value in items),
             ""]
 

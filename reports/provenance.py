@@ -1,4 +1,4 @@
-"""provenance.json as labelled lines: which data, which config, which code, which run.
+"""The provenance record (`bundle.PROVENANCE`) as labelled lines: data, config, code, run.
 
 The keys are those `experiments.bundle.provenance` writes; a key a bundle lacks is printed
 as "not recorded", so a reader sees the gap instead of a silently shorter list.
@@ -51,7 +51,7 @@ def _seconds(value: Any) -> str:
 
 
 def provenance_items(record: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """(label, value) lines in reading order; [] for a bundle without provenance.json."""
+    """(label, value) lines in reading order; [] for a bundle without a provenance record."""
     if record is None:
         return []
     split = _get(record, "split", "spec")

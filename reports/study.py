@@ -1,4 +1,4 @@
-"""The weight search as the report shows it, from study/trials.parquet and study/summary.json.
+"""The weight search as the report shows it, from `bundle.STUDY_TRIALS` and `STUDY_SUMMARY`.
 
 `msprlab run|tune` write the trials frame (number, state, baseline, one column per
 objective label, the six weights, seconds) and a summary document

@@ -34,7 +34,36 @@ from msprlab.experiments.cli.exits import (
 
 from .. import pipeline as P
 from ..ablation import switches
-from ..bundle import Bundle, provenance
+from ..bundle import (
+    ABLATION,
+    ABLATION_ARMS,
+    ABLATION_COMPARISON,
+    ABLATION_FUNNEL,
+    ABLATION_FUNNEL_PART,
+    ABLATION_MATCH,
+    ABLATION_NOTES,
+    ABLATION_SIDE_EFFECTS,
+    ABLATION_SUMMARY,
+    ISOLATION_AUDIT,
+    PROVENANCE,
+    REFERENCES,
+    REFERENCES_COMPARISON,
+    REFERENCES_RANKERS,
+    REFERENCES_SUMMARY,
+    SANITY_BM25,
+    SNIPPET,
+    STUDY_SUMMARY,
+    STUDY_TRIALS,
+    TEST,
+    TEST_ARMS,
+    TEST_COMPARISON,
+    TEST_FUNNEL,
+    TEST_SUMMARY,
+    Bundle,
+    per_search_file,
+    provenance,
+    trec_run_file,
+)
 from ..errors import redact_url
 from ..evaluation import Arm, Scorer, arm_of
 from ..experiment_config import (
@@ -124,16 +153,22 @@ def _log_run_header(ctx: Context, prepared: P.Prepared) -> None:
     ctx.tracker.params(P.engine_params(ctx.cfg.engine))
 
 
-def _arm_metrics(summary: pl.DataFrame, arm: str) -> dict[str, float]:
-    """An arm's means and group sizes for MLflow, one convention for every arm run (ladder
-    and test window): `ndcg_at_10` (overall), `ndcg_at_10/intent/FACTUAL`, and the group's
-    n as `n/intent/FACTUAL` (per query); per-search figures under `per_search/`."""
+def _arm_metrics(frame: pl.DataFrame, arm: str, *, stem: tuple[str, ...] = (),
+                 sizes: bool = True) -> dict[str, float]:
+    """An arm's means (and, with `sizes`, group sizes) for MLflow, from a long frame as
+    `stats.aggregate` gives it (a summary, or a funnel under `stem` ("funnel",)); one
+    convention for every arm run (ladder, references and test window): `ndcg_at_10`
+    (overall), `ndcg_at_10/intent/FACTUAL`, the group's n as `n/intent/FACTUAL` (per
+    query), per-search figures under `per_search/` (after the stem). A mean that is missing
+    or NaN is not logged (its n is)."""
     out: dict[str, float] = {}
-    for r in summary.filter(pl.col("arm") == arm).iter_rows(named=True):
+    for r in frame.filter(pl.col("arm") == arm).iter_rows(named=True):
         group = () if r["group_by"] == "overall" else (r["group_by"], str(r["group"]))
-        prefix = () if r["unit"] == "query" else ("per_search",)
-        out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
-        out[metric_key(*prefix, "n", *group) if group else metric_key(*prefix, "n")] = r["n"]
+        prefix = stem if r["unit"] == "query" else (*stem, "per_search")
+        if r["mean"] is not None and not math.isnan(r["mean"]):
+            out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
+        if sizes:
+            out[metric_key(*prefix, "n", *group)] = r["n"]
     return out
 
 
@@ -178,7 +213,7 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
     ctx.console.print(audit_table(audit, policy=cfg.replay.policy))
     if note := _chat_role_note(prepared, audit):
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
-    ctx.bundle.frame(audit, "isolation/audit.parquet")
+    ctx.bundle.frame(audit, ISOLATION_AUDIT)
     if ctx.tracker is not None:
         ctx.tracker.metrics({f"isolation/{r['mode']}/{r['arm']}/leaked": r["leaked"]
                              for r in audit.iter_rows(named=True)})
@@ -194,23 +229,23 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
                                     **{f"switch.{k}": v for k, v in
                                        switches(result.configs[name]).items()}})
                 ctx.tracker.metrics({**_arm_metrics(result.summary, name),
-                                    **_funnel_metrics(funnel, name),
+                                    **_arm_metrics(funnel, name, stem=("funnel",), sizes=False),
                                      "match/matched": match[name]["matched"],
                                      "match/logged": match[name]["logged"],
                                      "match/rate": match[name]["rate"]})
     for name, frame in result.per_search.items():
-        ctx.bundle.frame(frame, f"ablation/per_search/{name}.parquet")
-    ctx.bundle.frame(result.summary, "ablation/summary.parquet")
-    ctx.bundle.frame(funnel, "ablation/funnel.parquet")
+        ctx.bundle.frame(frame, per_search_file(ABLATION, name))
+    ctx.bundle.frame(result.summary, ABLATION_SUMMARY)
+    ctx.bundle.frame(funnel, ABLATION_FUNNEL)
     for name, frame in funnel_frames.items():
-        ctx.bundle.frame(frame, f"ablation/funnel/per_search/{name}.parquet")
-    ctx.bundle.frame(arms, "ablation/arms.parquet")
-    ctx.bundle.frame(result.match, "ablation/match.parquet")
-    ctx.bundle.json(result.notes, "ablation/notes.json")
+        ctx.bundle.frame(frame, per_search_file(ABLATION_FUNNEL_PART, name))
+    ctx.bundle.frame(arms, ABLATION_ARMS)
+    ctx.bundle.frame(result.match, ABLATION_MATCH)
+    ctx.bundle.json(result.notes, ABLATION_NOTES)
     if result.comparison.height:
-        ctx.bundle.frame(result.comparison, "ablation/comparison.parquet")
+        ctx.bundle.frame(result.comparison, ABLATION_COMPARISON)
     if result.side_effects.height:
-        ctx.bundle.frame(result.side_effects, "ablation/side_effects.parquet")
+        ctx.bundle.frame(result.side_effects, ABLATION_SIDE_EFFECTS)
     _reference_rankers(ctx, prepared, result)
     return result
 
@@ -255,19 +290,6 @@ def _funnel(ctx: Context, prepared: P.Prepared, result: P.AblationResult,
     return frames, with_shares(summary)
 
 
-def _funnel_metrics(funnel: pl.DataFrame, arm: str) -> dict[str, float]:
-    """An arm's funnel for MLflow: `funnel/pool_recall`, `funnel/pool_recall/intent/FACTUAL`
-    (per query), `funnel/per_search/...` (per search)."""
-    out: dict[str, float] = {}
-    for r in funnel.filter(pl.col("arm") == arm).iter_rows(named=True):
-        if r["mean"] is None or math.isnan(r["mean"]):
-            continue
-        group = () if r["group_by"] == "overall" else (r["group_by"], str(r["group"]))
-        prefix = ("funnel",) if r["unit"] == "query" else ("funnel", "per_search")
-        out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
-    return out
-
-
 def _family(comparison: pl.DataFrame, reference: str, unit: str) -> str:
     """The label of a comparison's multiple-testing family and permutation count."""
     rows = comparison.filter(pl.col("reference") == reference, pl.col("unit") == unit)
@@ -294,7 +316,7 @@ def _bm25_reference(ctx: Context, prepared: P.Prepared) -> None:
                       "and their graph neighbours, with query-token overlap as its lexical "
                       "term, so it is not expected to match.", highlight=False)
     ctx.bundle.json({"bm25_ndcg_at_10_test_claims": value, "claims": len(test)},
-                    "sanity/bm25.json")
+                    SANITY_BM25)
 
 
 def _reference_rankers(ctx: Context, prepared: P.Prepared, result: P.AblationResult) -> None:
@@ -320,13 +342,13 @@ def _reference_rankers(ctx: Context, prepared: P.Prepared, result: P.AblationRes
         labels={r.name: r.label for r in runs},
         title=f"reference rankers (not tuned), test window: {primary} per query / per "
               f"search, Δ against {base}; labels: {prepared.labels.source}"))
-    ctx.bundle.frame(summary, "references/summary.parquet")
-    ctx.bundle.frame(comparison, "references/comparison.parquet")
+    ctx.bundle.frame(summary, REFERENCES_SUMMARY)
+    ctx.bundle.frame(comparison, REFERENCES_COMPARISON)
     ctx.bundle.json([{"name": r.name, "kind": "reference", "label": r.label,
                       "seconds": r.seconds, "visible_sets": r.visible_sets} for r in runs],
-                    "references/rankers.json")
+                    REFERENCES_RANKERS)
     for name, frame in frames.items():
-        ctx.bundle.frame(frame, f"references/per_search/{name}.parquet")
+        ctx.bundle.frame(frame, per_search_file(REFERENCES, name))
     if ctx.tracker is None:
         return
     for run in runs:
@@ -411,9 +433,9 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
         if best.roles and cfg.replay.policy != "none":
             cannot.append(f"the role policy (replay.policy = {cfg.replay.policy!r}) is not a "
                           "config setting: install it with Memory.set_role_policy")
-        ctx.bundle.frame(result.trials, "study/trials.parquet")
+        ctx.bundle.frame(result.trials, STUDY_TRIALS)
         ctx.bundle.json(study_summary(result, n_trials, sampler=chosen, seed=cfg.seed,
-                                      snippet_notes=cannot), "study/summary.json")
+                                      snippet_notes=cannot), STUDY_SUMMARY)
         if ctx.tracker is not None:
             ctx.tracker.metrics({f"importance/{metric_key(label)}/{weight}": value
                                  for label, values in result.importance.items()
@@ -428,11 +450,11 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
                       f"{result.held + result.added:,}: {study_name} in {shown}",
                       highlight=False)
     ctx.console.print("best weights: " + ", ".join(
-        f"{k} {v:.3f}" for k, v in zip(WEIGHTS, best.weights, strict=True)), highlight=False)
+        f"{k} {v:.3f}" for k, v in best.named_weights._asdict().items()), highlight=False)
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     for note in cannot:
-        ctx.console.print(f"[yellow]note (best_weights.contextkit.json):[/yellow] {note}",
+        ctx.console.print(f"[yellow]note ({SNIPPET}):[/yellow] {note}",
                           highlight=False)
     out = _test_window(ctx, test_scorer, base, best, snippet, metrics)
     from ..recovery import report_recovery
@@ -446,7 +468,7 @@ def study_summary(result: Any, n_trials: int, *, sampler: str | None = None,
                   ) -> dict[str, Any]:
     """What the study found, as JSON: the searched space and the weights fixed at 0, best
     (or Pareto) weights and values, importance, the sampler, and what the library snippet
-    (`best_weights.contextkit.json`) cannot reproduce."""
+    (`bundle.SNIPPET`) cannot reproduce."""
     from ..tune import SETTINGS_ATTR
     states = result.trials["state"].value_counts()
     space = result.study.user_attrs.get(SETTINGS_ATTR, {})  # as the study stores it
@@ -458,7 +480,7 @@ def study_summary(result: Any, n_trials: int, *, sampler: str | None = None,
         "space": space.get("space", {}), "fixed": space.get("fixed", {}),
         "trials": {state: int(n) for state, n in states.iter_rows()},
         "objectives": [o.label() for o in result.objectives],
-        "best": [{"weights": dict(zip(WEIGHTS, arm.weights, strict=True)),
+        "best": [{"weights": arm.named_weights._asdict(),
                   "intent": arm.intent, "roles": arm.roles,
                   "values": dict(zip([o.label() for o in result.objectives], values,
                                      strict=True))}
@@ -540,7 +562,7 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
         shares(stages), metric=primary,
         title=f"stage funnel, test window: the tuned weights beside the references; labels: "
               f"{prepared.labels.source}"))
-    ctx.bundle.frame(funnel, "test/funnel.parquet")
+    ctx.bundle.frame(funnel, TEST_FUNNEL)
     if ctx.tracker is not None:
         headline = summary.filter(pl.col("metric") == primary, pl.col("group_by") == "overall",
                                   pl.col("unit") == "query")
@@ -557,16 +579,16 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
             with ctx.tracker.child(f"test:{name}", tags={"msprlab.arm": name,
                                                          "msprlab.window": "test"}):
                 ctx.tracker.metrics({**_arm_metrics(summary, name),
-                                     **_funnel_metrics(funnel, name)})
-    ctx.bundle.frame(comparison, "test/comparison.parquet")
-    ctx.bundle.frame(summary, "test/summary.parquet")
+                                     **_arm_metrics(funnel, name, stem=("funnel",), sizes=False)})
+    ctx.bundle.frame(comparison, TEST_COMPARISON)
+    ctx.bundle.frame(summary, TEST_SUMMARY)
     for name, frame in frames.items():
-        ctx.bundle.frame(frame, f"test/per_search/{name}.parquet")
-        ctx.bundle.text(_trec_run(scorers[name], chosen[name]), f"test/runs/{name}.trec")
-    ctx.bundle.json(snippet, "best_weights.contextkit.json")
+        ctx.bundle.frame(frame, per_search_file(TEST, name))
+        ctx.bundle.text(_trec_run(scorers[name], chosen[name]), trec_run_file(name))
+    ctx.bundle.json(snippet, SNIPPET)
     configs = {**arms.references, "tuned": replace(arms.tuned, retrieval=replace(
-        arms.tuned.retrieval, **dict(zip(WEIGHTS, best.weights, strict=True))))}
-    ctx.bundle.frame(P.arms_frame(chosen, configs), "test/arms.parquet")
+        arms.tuned.retrieval, **best.named_weights._asdict()))}
+    ctx.bundle.frame(P.arms_frame(chosen, configs), TEST_ARMS)
     return {"comparison": comparison, "frames": frames, "best": best, "snippet": snippet}
 
 
@@ -624,7 +646,7 @@ def _command(args: argparse.Namespace, which: str) -> int:
                     "tracking_uri": redact_url(ctx.tracker.uri),
                     "experiment": ctx.tracker.experiment, "run_id": run_id}
                 ctx.bundle.json(provenance(ctx.cfg, prepared, which, tracked),
-                                "provenance.json")
+                                PROVENANCE)
                 if which in ("ablate", "run"):
                     run_ablation(ctx, prepared)
                     if ctx.cfg.dataset.source == "scifact":

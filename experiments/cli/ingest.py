@@ -8,6 +8,7 @@ returns its own sub-parsers, so each source adds a verb there; every verb runs t
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +24,25 @@ __all__ = ["add_ingest_commands"]
 def cmd_ingest_generic(args: argparse.Namespace) -> int:
     from msprlab.datasets.generic import read_generic
     folder: Path = args.directory
-    embedder = None if args.embedder is None else _embedder(args.embedder)
+    read = _reader(lambda progress: read_generic(folder, progress=progress),
+                   None if args.embedder is None else _embedder(args.embedder),
+                   queries_only=False)
+    return run_ingest(read, args.store, replace=args.replace, what=str(folder))
 
+
+def _reader(load: Callable[[ProgressCallback], Dataset], embedder: Any, *,
+            queries_only: bool) -> Callable[[ProgressCallback], Dataset]:
+    """`run_ingest`'s read: `load` the source, then, when an embedder is given, embed its
+    queries (`queries_only`) or its memories and queries."""
     def read(progress: ProgressCallback) -> Dataset:
-        dataset = read_generic(folder, progress=progress)
+        dataset = load(progress)
         if embedder is None:
             return dataset
-        from msprlab.datasets.build import embed_texts
-        progress(f"embedding {dataset.memories.height:,} memories and "
-                 f"{dataset.queries.height:,} queries ({embedder.name})", 0, 1)
-        return embed_texts(dataset, embedder)
-
-    return run_ingest(read, args.store, replace=args.replace, what=str(folder))
+        from msprlab.datasets.build import embed_queries, embed_texts
+        what = "" if queries_only else f"{dataset.memories.height:,} memories and "
+        progress(f"embedding {what}{dataset.queries.height:,} queries ({embedder.name})", 0, 1)
+        return (embed_queries if queries_only else embed_texts)(dataset, embedder)
+    return read
 
 
 def _embedder(name: str, flag: str = "--embedder") -> Any:
@@ -52,20 +60,13 @@ def _embedder(name: str, flag: str = "--embedder") -> Any:
 
 def cmd_ingest_contextkit(args: argparse.Namespace) -> int:
     from msprlab.datasets.sources.contextkit import load_contextkit
-    embedder = None if args.query_embedder is None else _embedder(args.query_embedder,
-                                                                  "--query-embedder")
-
-    def read(progress: ProgressCallback) -> Dataset:
-        dataset = load_contextkit(
-            feedback_db=args.feedback_db, success_db=args.success_db,
-            graph_jsonl=args.graph_jsonl, qdrant_path=args.qdrant_path,
-            collection=args.collection, progress=progress)
-        if embedder is None:
-            return dataset
-        from msprlab.datasets.build import embed_queries
-        progress(f"embedding {dataset.queries.height:,} queries ({embedder.name})", 0, 1)
-        return embed_queries(dataset, embedder)
-
+    read = _reader(lambda progress: load_contextkit(
+        feedback_db=args.feedback_db, success_db=args.success_db,
+        graph_jsonl=args.graph_jsonl, qdrant_path=args.qdrant_path,
+        collection=args.collection, progress=progress),
+        None if args.query_embedder is None else _embedder(args.query_embedder,
+                                                           "--query-embedder"),
+        queries_only=True)
     return run_ingest(read, args.store, replace=args.replace, what="ContextKit artifacts")
 
 
