@@ -968,15 +968,23 @@ class _SharedRDB(RDBStorage):
                                values: Sequence[float] | None = None) -> bool:
         if state != TrialState.RUNNING or self.target is None:
             return super().set_trial_state_values(trial_id, state, values)
+        study_id = self._study_of(trial_id)
         try:
-            with self._reserving(self._study_of(trial_id)):  # a queued trial
+            with self._reserving(study_id):  # a queued trial
                 return super().set_trial_state_values(trial_id, state, values)
         except _TargetReached:
-            # Only when a fresh trial slipped in between a stale trial's FAIL and its retry
-            # being queued: the study reaches N without this retry, which is dropped (marked),
-            # not left WAITING for ever.
-            self.set_trial_system_attr(trial_id, DROPPED_ATTR, "the study reached its target")
-            super().set_trial_state_values(trial_id, TrialState.FAIL)
+            # Another worker may have started this queued trial since this one listed it
+            # (its start is what fills the target): then it is that worker's, to be left
+            # alone. Only a trial still WAITING, checked under the study's lock (every start
+            # takes it), is dropped: a fresh trial slipped in between a stale trial's FAIL
+            # and its retry being queued, and the study reaches N without this retry, which
+            # is marked, not left WAITING for ever.
+            with self.locked(self._names[study_id]):
+                if self.get_trial(trial_id).state != TrialState.WAITING:
+                    return False
+                self.set_trial_system_attr(trial_id, DROPPED_ATTR,
+                                           "the study reached its target")
+                super().set_trial_state_values(trial_id, TrialState.FAIL)
             raise
 
     def _study_of(self, trial_id: int) -> int:

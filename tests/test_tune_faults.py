@@ -252,3 +252,25 @@ def test_killing_the_parent_ends_its_workers_and_the_resume_reaches_the_target(
     assert [t.number for t in after if t.state == TrialState.RUNNING] == []
     assert sorted(t.number for t in after if t.user_attrs.get(STALE_ATTR)) == running
     assert all(t.state == TrialState.FAIL for t in after if t.number in running)
+
+
+def test_a_queued_trial_another_worker_started_is_left_to_it(tmp_path: Path) -> None:
+    """Two workers list the same queued retry; the first starts it and so fills the target.
+    The second's start is refused (False: not its trial), and the running trial is not
+    failed or marked dropped (it was, under 4 processes on PostgreSQL: the first worker's
+    trial then ended in UpdateFinishedTrialError)."""
+    from optuna.trial import TrialState
+
+    from msprlab.experiments.tune import DROPPED_ATTR, _SharedRDB
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    first, second = (_SharedRDB(url, target=2, heartbeat=(1, 2)) for _ in range(2))
+    study = optuna.create_study(study_name="s", storage=first)
+    study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=0.0))
+    study.enqueue_trial({})
+    study_id = first.get_study_id_from_name("s")
+    (queued,) = first.get_all_trials(study_id, states=(TrialState.WAITING,))
+    assert first.set_trial_state_values(queued._trial_id, TrialState.RUNNING)
+    assert not second.set_trial_state_values(queued._trial_id, TrialState.RUNNING)
+    trial = first.get_trial(queued._trial_id)
+    assert trial.state == TrialState.RUNNING and DROPPED_ATTR not in trial.system_attrs
