@@ -20,7 +20,7 @@ from msprlab.datasets.scenario import (
     parse_scenario,
 )
 from msprlab.engine import SearchError, SearchRequest, Seed, new_state, record_feedback, search
-from msprlab.engine.graph import Embedding, MemoryEdge, MemoryNode
+from msprlab.engine.graph import Embedding, MemoryNode
 from msprlab.engine.roles import policy_from_name
 from msprlab.engine.state import EngineState
 
@@ -108,12 +108,13 @@ def build_state(scenario: Scenario) -> EngineState:
         if embedding is not None:
             graph.put_embedding(m.id, embedding)
     now = scenario.now
-    upsert = graph.upsert_edge
-    for e in scenario.edges:
-        # Stamped with its own updated_at (else now) up front, which is what stamping it
-        # now and setting updated_at after the upsert left, for a new key or a repeated one.
-        upsert(MemoryEdge(e.src, e.dst, e.type, max(0.0, min(1.0, e.weight)), now,
-                          now if e.updated_at is None else e.updated_at))
+    edges = scenario.edges
+    # In list order, as an `upsert_edge` each (`upsert_edges`), stamped with its own
+    # updated_at (else now) up front, which is what stamping it now and setting updated_at
+    # after the upsert left, for a new key or a repeated one.
+    graph.upsert_edges([e.src for e in edges], [e.dst for e in edges], [e.type for e in edges],
+                       [max(0.0, min(1.0, e.weight)) for e in edges], [now] * len(edges),
+                       [now if e.updated_at is None else e.updated_at for e in edges])
     graph.changed()
     return state
 
