@@ -7,20 +7,23 @@ to `users` x `memories` memories (500 x 500 = 250k by default) with `searches` l
 searches and their simulated feedback, then the stages an experiment runs, each timed with
 its peak resident memory (the process's high-water mark, reset before each stage through
 /proc/self/clear_refs where the kernel allows it; otherwise it is the peak so far, and the
-table says so). Targets (issue 25): end to end under 5 minutes and under 4 GB on a 2-core,
-24 GB machine; these are absolute figures on a shared machine, so read them with the load
-the run reports beside them.
+table says so). Generation and ingest run in a child process, as `msprlab ingest` would
+in its own; the stages after it read the store as `msprlab run` does. Targets (issue 25):
+end to end under 5 minutes and under 4 GB on a 2-core, 24 GB machine; these are absolute
+figures on a shared machine, so read them with the load the run reports beside them.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import resource
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -109,21 +112,26 @@ trials = {trials}
 """
 
 
-def run_world(root: Path, *, users: int, memories: int, searches: int, trials: int,
-              console: Console) -> list[Stage]:
-    from msprlab.datasets.store import ingest
-    from msprlab.experiments import pipeline as P
-    from msprlab.experiments.evaluation import Scorer
+def _world_config(root: Path, users: int, memories: int, searches: int, trials: int) -> Any:
     from msprlab.experiments.experiment_config import load_experiment
-    from msprlab.experiments.metrics import parse_metric
-    from msprlab.experiments.tune import Objective, search_space, tune
 
     definition = root / "world.toml"
-    definition.write_text(world_definition(users, memories, searches, trials))
+    if not definition.exists():
+        definition.write_text(world_definition(users, memories, searches, trials))
     cfg = load_experiment(definition)
-    cfg = replace(cfg, dataset=replace(cfg.dataset, store=str(root / "runs" / "world.duckdb")))
+    return replace(cfg, dataset=replace(cfg.dataset, store=str(root / "runs" / "world.duckdb")))
+
+
+def _generate_and_ingest(root: Path, users: int, memories: int, searches: int,
+                         trials: int) -> list[Stage]:
+    """The first two stages, run in a child process (`run_world`)."""
+    from msprlab.datasets.store import ingest
+    from msprlab.experiments import pipeline as P
+
+    cfg = _world_config(root, users, memories, searches, trials)
     stages: list[Stage] = []
-    dataset, _ = _timed(stages, "generate world and log", lambda: P._build(cfg, P._quiet))
+    dataset, _ = _timed(stages, "generate world and log", lambda: P._build(cfg, P._quiet),
+                        "in a child process, with ingest")
     counts = dataset.counts()
     note = (f"{counts['memories']:,} memories, {counts['edges']:,} edges, "
             f"{counts['events']:,} events")
@@ -131,7 +139,25 @@ def run_world(root: Path, *, users: int, memories: int, searches: int, trials: i
     store.parent.mkdir(parents=True, exist_ok=True)
     _timed(stages, "ingest (validate, write DuckDB)",
            lambda data=dataset: ingest(data, store), note)
-    del dataset  # the replay reads the store, as an experiment does
+    return stages
+
+
+def run_world(root: Path, *, users: int, memories: int, searches: int, trials: int,
+              console: Console) -> list[Stage]:
+    """Generate and ingest in a child process (what `msprlab ingest` does, in its own
+    process), then the experiment's stages here, reading the store as `msprlab run` does:
+    so their peak memory is that of a run, not of a run that generated the world first (the
+    generator's freed memory stays mapped in the process that used it)."""
+    from msprlab.experiments import pipeline as P
+    from msprlab.experiments.evaluation import Scorer
+    from msprlab.experiments.metrics import parse_metric
+    from msprlab.experiments.tune import Objective, search_space, tune
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        stages = pool.submit(_generate_and_ingest, root, users, memories, searches,
+                             trials).result()
+    cfg = _world_config(root, users, memories, searches, trials)
+    store = P.store_path(cfg, root)
     arms = P.experiment_arms(cfg, ablation=True)
     prepared = _timed(stages, "replay (one table per key)",
                       lambda: P.tables(cfg, store, arms.every()))
