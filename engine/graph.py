@@ -288,9 +288,9 @@ class ContextGraph:
 
         The graph ends exactly as after those calls: each edge takes the same steps in the
         same order, inlined, and a new one is made already bound to its row
-        (`MemoryEdge.in_columns`). An edge the columns cannot take as it is (a weight that
-        is not a float, a time that is not naive, columns already exotic) goes through
-        `upsert_edge` itself.
+        (`MemoryEdge.in_columns`). An edge whose key is stored already, or that the columns
+        cannot take as it is (a weight that is not a float, a time that is not naive,
+        columns already exotic), goes through `upsert_edge` itself.
         """
         n = len(src)
         cols, succ, pred, nodes = self.edge_columns, self._succ, self._pred, self.nodes
@@ -304,18 +304,11 @@ class ContextGraph:
                 src, dst, types, weights, created_at, updated_at,
                 [None] * n if evidence is None else evidence, strict=True):
             us = epoch_us(stamped)
-            if cols.exotic or type(w) is not float or us is None:
-                self.upsert_edge(MemoryEdge(s, d, kind, w, made, stamped, e))
-                continue
             targets = succ.get(s)
             by_type = None if targets is None else targets.get(d)
-            existing = None if by_type is None else by_type.get(kind)
-            if existing is not None:
-                existing.weight = w
-                existing.updated_at = stamped
-                if e is not None:
-                    existing.evidence = e
-                self.version += 1
+            if (cols.exotic or type(w) is not float or us is None
+                    or (by_type is not None and kind in by_type)):  # or a key stored: rare
+                self.upsert_edge(MemoryEdge(s, d, kind, w, made, stamped, e))
                 continue
             if s not in nodes:
                 self._ensure(s)
