@@ -534,7 +534,7 @@ class MemoryNode(_Record):
 class MemoryEdge(_Record):
     """A typed weighted edge (MSPR.md 2.2). Fields and defaults as the library's."""
 
-    __slots__ = ("_cols", "_row", "created_at", "dst", "evidence", "metadata", "src", "type")
+    __slots__ = ("_cols", "_metadata", "_row", "created_at", "dst", "evidence", "src", "type")
     FIELDS = ("src", "dst", "type", "weight", "created_at", "updated_at", "evidence",
               "metadata")
 
@@ -546,7 +546,7 @@ class MemoryEdge(_Record):
         self.type = type
         self.created_at = created_at
         self.evidence = evidence
-        self.metadata = {} if metadata is None else metadata
+        self._metadata = metadata
         self._cols: EdgeColumns = _LooseEdge(weight, updated_at)
         self._row = 0
 
@@ -566,6 +566,24 @@ class MemoryEdge(_Record):
     def updated_at(self, value: datetime) -> None:
         self._cols.put_updated_at(self._row, value)
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The edge's metadata dict, made at the first read: most edges never have any,
+        and an empty dict each was 64 bytes an edge."""
+        found = self._metadata
+        if found is None:
+            found = self._metadata = {}
+        return found
+
+    @metadata.setter
+    def metadata(self, value: dict[str, Any]) -> None:
+        self._metadata = value
+
+    @property
+    def has_metadata(self) -> bool:
+        """Whether `metadata` is not empty, without making it."""
+        return bool(self._metadata)
+
     @classmethod
     def in_columns(cls, cols: EdgeColumns, row: int, src: str, dst: str, type: EdgeType,
                    created_at: datetime, evidence: str | None) -> MemoryEdge:
@@ -578,7 +596,7 @@ class MemoryEdge(_Record):
         edge.type = type
         edge.created_at = created_at
         edge.evidence = evidence
-        edge.metadata = {}
+        edge._metadata = None
         edge._cols = cols
         edge._row = row
         return edge

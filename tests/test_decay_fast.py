@@ -371,9 +371,15 @@ def internals(graph: ContextGraph) -> list[Any]:
             bytes(rows.alive), rows.src.tobytes(), rows.dst.tobytes(), rows.sticky.tobytes(),
             [bits(w) for w in cols.weight], cols.updated_at, cols.updated_us.tobytes(),
             graph._removed_rows, sorted(graph._adjacent),
-            [(n, [(other, [(kind.value, bits(e.weight)) for kind, e in by_type.items()])
-                  for other, by_type in adjacency[n].items()])
+            [(n, [(other, _pair(pair)) for other, pair in adjacency[n].items()])
              for adjacency in (graph._succ, graph._pred) for n in graph.nodes]]
+
+
+def _pair(pair: Any) -> tuple[str, list[tuple[str, int]]]:
+    """A (src, dst) pair's edges by type, and its shape: the edge alone or a dict by type."""
+    if isinstance(pair, dict):
+        return "dict", [(kind.value, bits(e.weight)) for kind, e in pair.items()]
+    return "edge", [(pair.type.value, bits(pair.weight))]
 
 
 @pytest.mark.parametrize("seed", range(12))
