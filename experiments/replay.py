@@ -100,7 +100,8 @@ from msprlab.engine.search import (
 from .errors import ExperimentError
 
 __all__ = ["FEEDBACK_POLICY", "FREQUENCY_MODES", "CandidateTable", "FrequencyMode",
-           "featurize_config", "question_of", "replay", "table_key"]
+           "derive_table", "featurize_config", "question_of", "replay", "success_twin",
+           "table_key"]
 
 FrequencyMode = Literal["logged", "closed_loop"]
 FREQUENCY_MODES: tuple[FrequencyMode, ...] = ("logged", "closed_loop")
@@ -148,6 +149,37 @@ def table_key(config: EngineConfig, frequency: FrequencyMode, *,
     elif not mspr.role.hard_filter and not config.corrections.strict_role_isolation:
         key = replace(key, mspr=replace(mspr, role=replace(mspr.role, enabled=True)))
     return {"frequency": frequency, "config": as_dict(key), "logged_accesses": logged_accesses}
+
+
+def success_twin(config: EngineConfig, frequency: FrequencyMode) -> EngineConfig | None:
+    """The configuration whose replay gives `config`'s table up to its success column, or
+    None: `config` with success switched on, when MSPR is on and success is off, in
+    `logged` mode.
+
+    Success changes nothing but its own term (MSPR.md sections 13-14): `record_feedback`
+    appends a success row, which only the success provider reads, and without success
+    there is no provider, so every success value is 0.0. Relevance, floors, access counts,
+    the candidates, their order and every other feature follow the same timeline either way.
+    (In `closed_loop` the success term moves the ranking and so the accesses it counts.)
+    `derive_table` builds the table; tests/test_replay.py checks it against a replay."""
+    mspr = config.mspr
+    if frequency != "logged" or not mspr.enabled or mspr.success.enabled:
+        return None
+    return replace(config, mspr=replace(mspr, success=replace(mspr.success, enabled=True)))
+
+
+def derive_table(twin: CandidateTable, config: EngineConfig, frequency: FrequencyMode, *,
+                 has_policy: bool) -> CandidateTable:
+    """`config`'s table from its `success_twin`'s: every success value 0.0, and the
+    provenance of `config` (its config and table key), saying which table it came from."""
+    if twin.meta.get("frequency") != "logged" or success_twin(config, frequency) is None:
+        raise ExperimentError("derive_table: only a logged table with success off can be "
+                              "derived from its success twin")
+    meta = {**twin.meta, "config": as_dict(config),
+            "table_key": table_key(config, frequency, has_policy=has_policy),
+            "derived": "the success twin's table (success on) with every success value 0.0"}
+    return CandidateTable(twin.searches, twin.candidates.with_columns(success=pl.lit(0.0)),
+                          twin.qrels, meta=meta)
 
 
 def question_of(searches: pl.DataFrame) -> pl.Expr:

@@ -8,11 +8,20 @@ from dataclasses import replace
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from msprlab.engine.batch import WEIGHTS
 from msprlab.experiments.evaluation import Arm, Scorer
 from msprlab.experiments.metrics import evaluate, judged_from_frames, parse_metric
-from msprlab.experiments.replay import CandidateTable, cached_replay, replay
+from msprlab.experiments.errors import ExperimentError
+from msprlab.experiments.replay import (
+    CandidateTable,
+    cached_replay,
+    derive_table,
+    replay,
+    success_twin,
+    table_key,
+)
 
 from replay_world import StripedPolicy, signals, world
 
@@ -125,6 +134,35 @@ def test_closed_loop_table_is_bound_to_its_weights() -> None:
     assert scorer.mean(own, "ndcg@10") >= 0
     with pytest.raises(ValueError, match="closed-loop replay"):
         scorer.values(Arm("other", (1.0, 0.0, 0.0, 0.0, 0.0, 0.0)))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_table_without_success_is_its_success_twins_with_success_zero(seed: int) -> None:
+    """The derived table equals the replayed one bit for bit: success moves nothing but its
+    own term (a success row that fed relevance or access counts would fail this)."""
+    log, twin_table = world(seed)
+    off = replace(FULL, mspr=replace(FULL.mspr, success=replace(FULL.mspr.success,
+                                                                    enabled=False)))
+    assert success_twin(off, "logged") == FULL
+    replayed = replay(log, off, policy=StripedPolicy())
+    derived = derive_table(twin_table, off, "logged", has_policy=True)
+    assert_frame_equal(derived.searches, replayed.searches, check_exact=True)
+    assert_frame_equal(derived.candidates, replayed.candidates, check_exact=True)
+    assert_frame_equal(derived.qrels, replayed.qrels, check_exact=True)
+    assert twin_table.candidates["success"].max() > 0  # the twin's success is not all 0
+    assert derived.meta["table_key"] == replayed.meta["table_key"] == table_key(
+        off, "logged", has_policy=True)
+    assert {k: v for k, v in derived.meta.items() if k != "derived"} == replayed.meta
+
+
+def test_only_a_logged_table_with_success_off_has_a_success_twin() -> None:
+    assert success_twin(FULL, "logged") is None  # success is on
+    off = replace(FULL, mspr=replace(FULL.mspr, success=replace(FULL.mspr.success,
+                                                                    enabled=False)))
+    assert success_twin(off, "closed_loop") is None  # success moves the counted accesses
+    assert success_twin(replace(off, mspr=replace(off.mspr, enabled=False)), "logged") is None
+    with pytest.raises(ExperimentError, match="success twin"):
+        derive_table(world(1)[1], FULL, "logged", has_policy=True)
 
 
 def test_bad_input_is_refused_with_a_reason() -> None:
