@@ -23,7 +23,7 @@ from msprlab.datasets.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from .experiment_config import ExperimentConfig
-    from .pipeline import Prepared
+    from .stages.prepare import Prepared
 
 __all__ = ["Bundle", "provenance"]
 

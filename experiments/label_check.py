@@ -29,12 +29,12 @@ from scipy import stats
 from msprlab.datasets.trec import read_qrels
 from msprlab.engine import EngineConfig
 
-from . import pipeline as P
 from .cli.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
+from .console_tables import fmt
 from .experiment_config import ExperimentConfig, judged_metric, load_experiment
 from .metrics import parse_metric
 from .replay import CandidateTable
-from .tables import fmt
+from .stages import prepare as P
 
 __all__ = ["agreement", "summaries", "truth_prepared", "with_truth"]
 

@@ -31,7 +31,7 @@ import numpy as np
 from msprlab.engine.batch import FEATURES, WEIGHTS, Weights
 
 from .bundle import TEST_RECOVERY
-from .evaluation import Arm, Scorer
+from .scoring import Arm, Scorer
 from .tracking import metric_key
 
 __all__ = ["SWEEP", "cosine", "planted_arm", "read_planted", "recovery", "report_recovery"]

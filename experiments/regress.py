@@ -39,10 +39,10 @@ from msprlab.experiments.cli.exits import (
     stdout_console,
 )
 
-from . import pipeline as P
-from .evaluation import Arm, Scorer, arm_of
 from .experiment_config import ExperimentError, load_experiment, replayable_engine
 from .metrics import parse_metric
+from .scoring import Arm, Scorer, arm_of
+from .stages import prepare as P
 from .stats import noninferior
 
 __all__ = ["DEFAULT_DEFINITION", "add_regress_command", "run_regress"]

@@ -12,12 +12,12 @@ import pytest
 from msprlab.engine.batch import WEIGHTS
 from msprlab.experiments.ablation import ladder, side_effects, switches
 from msprlab.experiments.cli import main
-from msprlab.experiments.evaluation import arm_of
 from msprlab.experiments.experiment_config import (
     ExperimentError,
     load_experiment,
     shipped_experiments,
 )
+from msprlab.experiments.scoring import arm_of
 
 SMALL = """
 name = "small"
@@ -180,7 +180,7 @@ def test_missing_experiment_is_bad_input(tmp_path, capsys) -> None:
 
 
 def test_a_smaller_seed_count_changes_the_candidate_table(tmp_path) -> None:
-    from msprlab.experiments import pipeline as P
+    from msprlab.experiments.stages import prepare as P
     tables = {}
     for top_k in (10, 3):
         definition = tmp_path / f"seeds{top_k}.toml"

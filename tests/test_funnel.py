@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_experiments import SMALL
 
-from msprlab.experiments import pipeline as P
 from msprlab.experiments.cli import main
-from msprlab.experiments.evaluation import Arm, Scorer
 from msprlab.experiments.experiment_config import load_experiment
 from msprlab.experiments.funnel import funnel_frame, ideal_rankings, shares
 from msprlab.experiments.metrics import parse_metric
 from msprlab.experiments.references import pool_ideal_run, reference_frame
 from msprlab.experiments.replay import CandidateTable
+from msprlab.experiments.scoring import Arm, Scorer
+from msprlab.experiments.stages import prepare as P
 
 NDCG = parse_metric("ndcg@10")
 

@@ -9,12 +9,12 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from msprlab.experiments import pipeline as P
 from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import load_experiment
 from msprlab.experiments.label_check import agreement, with_truth
 from msprlab.experiments.label_check import main as check_main
 from msprlab.experiments.replay import CandidateTable
+from msprlab.experiments.stages import prepare as P
 
 WORLD = Path(__file__).parent / "fixtures" / "contextkit_world"
 SHIPPED = Path(__file__).parents[1] / "experiments" / "configs" / "contextkit.toml"

@@ -27,13 +27,13 @@ from msprlab.datasets.build import LogSpec, build_synthetic, default_p_helpful, 
 from msprlab.datasets.clicks import VerdictModel
 from msprlab.datasets.synthetic import SyntheticSpec
 from msprlab.engine.batch import FEATURES, WEIGHTS
-from msprlab.experiments import pipeline as P
-from msprlab.experiments.evaluation import Arm, Scorer
 from msprlab.experiments.experiment_config import load_experiment
 from msprlab.experiments.metrics import parse_metric
 from msprlab.experiments.recovery import cosine, planted_arm, read_planted, recovery
 from msprlab.experiments.replay import replay
+from msprlab.experiments.scoring import Arm, Scorer
 from msprlab.experiments.splits import split_searches
+from msprlab.experiments.stages import prepare as P
 from msprlab.experiments.tune import Objective, SearchSpace, tune
 
 CFG = load_experiment("synthetic")

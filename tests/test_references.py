@@ -23,12 +23,12 @@ from msprlab.datasets.schema import (
     empty,
 )
 from msprlab.engine import EngineConfig
-from msprlab.experiments import pipeline as P
 from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import load_experiment
 from msprlab.experiments.metrics import parse_metric
 from msprlab.experiments.references import bm25_rankings, reference_frame, reference_runs
 from msprlab.experiments.replay import replay
+from msprlab.experiments.stages import prepare as P
 
 T0 = datetime(2024, 1, 1)
 K1, B = 1.5, 0.75  # bm25s's defaults

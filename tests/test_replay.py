@@ -10,9 +10,9 @@ import polars as pl
 import pytest
 
 from msprlab.engine.batch import WEIGHTS
-from msprlab.experiments.evaluation import Arm, Scorer
 from msprlab.experiments.metrics import evaluate, judged_from_frames, parse_metric
 from msprlab.experiments.replay import CandidateTable, cached_replay, replay
+from msprlab.experiments.scoring import Arm, Scorer
 
 from replay_world import StripedPolicy, signals, world
 

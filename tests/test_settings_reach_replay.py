@@ -27,11 +27,11 @@ from msprlab.datasets.timeline import DEFAULT_SEEDS
 from msprlab.engine import EngineConfig
 from msprlab.engine.config import RetrievalConfig, as_dict
 from msprlab.experiments.cli import main
-from msprlab.experiments.evaluation import Scorer, arm_of
 from msprlab.experiments.experiment_config import ExperimentError, load_experiment
 from msprlab.experiments.metrics import parse_metric
-from msprlab.experiments.pipeline import tables
 from msprlab.experiments.replay import CandidateTable, replay, table_key
+from msprlab.experiments.scoring import Scorer, arm_of
+from msprlab.experiments.stages.prepare import tables
 
 from replay_world import StripedPolicy, signals, world
 

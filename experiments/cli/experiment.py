@@ -32,7 +32,6 @@ from msprlab.experiments.cli.exits import (
     writable_folder,
 )
 
-from .. import pipeline as P
 from ..ablation import switches
 from ..bundle import (
     ABLATION,
@@ -64,19 +63,7 @@ from ..bundle import (
     provenance,
     trec_run_file,
 )
-from ..errors import redact_url
-from ..evaluation import Arm, Scorer, arm_of
-from ..experiment_config import (
-    ExperimentConfig,
-    ExperimentError,
-    judged_metric,
-    load_experiment,
-    shipped_experiments,
-)
-from ..funnel import shares, with_shares
-from ..metrics import parse_metric
-from ..replay import question_of
-from ..tables import (
+from ..console_tables import (
     arms_table,
     audit_table,
     comparison_table,
@@ -88,6 +75,19 @@ from ..tables import (
     reference_table,
     side_effect_table,
 )
+from ..errors import redact_url
+from ..experiment_config import (
+    ExperimentConfig,
+    ExperimentError,
+    judged_metric,
+    load_experiment,
+    shipped_experiments,
+)
+from ..funnel import shares, with_shares
+from ..metrics import parse_metric
+from ..replay import question_of
+from ..scoring import Arm, Scorer, arm_of
+from ..stages import prepare as P
 from ..tracking import Tracker, flatten, git_commit, metric_key
 
 __all__ = ["add_experiment_commands"]

@@ -25,15 +25,15 @@ from msprlab.engine import EngineConfig
 from msprlab.engine.config import as_dict
 from msprlab.engine.roles import RolePolicy, policy_from_name
 
-from .ablation import REFERENCES, AblationResult, ladder, ladder_arms, side_effects, switches
-from .errors import ExperimentError
-from .evaluation import Arm, Scorer, arm_of
-from .experiment_config import ExperimentConfig
-from .funnel import FUNNEL_COLUMNS, funnel_frame
-from .metrics import parse_metric
-from .replay import CandidateTable, cached_replay, table_key
-from .splits import split_searches
-from .stats import aggregate, compare
+from ..ablation import REFERENCES, AblationResult, ladder, ladder_arms, side_effects, switches
+from ..errors import ExperimentError
+from ..experiment_config import ExperimentConfig
+from ..funnel import FUNNEL_COLUMNS, funnel_frame
+from ..metrics import parse_metric
+from ..replay import CandidateTable, cached_replay, table_key
+from ..scoring import Arm, Scorer, arm_of
+from ..splits import split_searches
+from ..stats import aggregate, compare
 
 __all__ = ["Prepared", "Stage", "ablate", "funnel", "prepare_store", "split_tables", "summarize",
            "tables", "window_table"]
@@ -394,7 +394,7 @@ def baseline_arm(cfg: ExperimentConfig) -> Arm:
 
 
 def engine_params(config: EngineConfig) -> dict[str, Any]:
-    from .tracking import flatten
+    from ..tracking import flatten
     return flatten(as_dict(config), "engine.")
 
 

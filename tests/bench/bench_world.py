@@ -126,7 +126,7 @@ def _generate_and_ingest(root: Path, users: int, memories: int, searches: int,
                          trials: int) -> list[Stage]:
     """The first two stages, run in a child process (`run_world`)."""
     from msprlab.datasets.store import ingest
-    from msprlab.experiments import pipeline as P
+    from msprlab.experiments.stages import prepare as P
 
     cfg = _world_config(root, users, memories, searches, trials)
     stages: list[Stage] = []
@@ -148,9 +148,9 @@ def run_world(root: Path, *, users: int, memories: int, searches: int, trials: i
     process), then the experiment's stages here, reading the store as `msprlab run` does:
     so their peak memory is that of a run, not of a run that generated the world first (the
     generator's freed memory stays mapped in the process that used it)."""
-    from msprlab.experiments import pipeline as P
-    from msprlab.experiments.evaluation import Scorer
     from msprlab.experiments.metrics import parse_metric
+    from msprlab.experiments.scoring import Scorer
+    from msprlab.experiments.stages import prepare as P
     from msprlab.experiments.tune import Objective, search_space, tune
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
