@@ -23,7 +23,7 @@ from msprlab.datasets.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from .experiment_config import ExperimentConfig
-    from .stages.prepare import Prepared
+    from .stages.replay_tables import Prepared
 
 __all__ = ["Bundle", "provenance"]
 

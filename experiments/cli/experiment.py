@@ -32,7 +32,8 @@ from msprlab.experiments.cli.exits import (
     writable_folder,
 )
 
-from ..ablation import switches
+from ..ablation import AblationResult, switches
+from ..arms import ExperimentArms, arms_frame, baseline_arm, experiment_arms
 from ..bundle import (
     ABLATION,
     ABLATION_ARMS,
@@ -87,8 +88,12 @@ from ..funnel import shares, with_shares
 from ..metrics import parse_metric
 from ..replay import question_of
 from ..scoring import Arm, Scorer, arm_of
-from ..stages import prepare as P
-from ..tracking import Tracker, flatten, git_commit, metric_key
+from ..stages.ablate import ablate, arm_funnels
+from ..stages.isolation import isolation_audit
+from ..stages.prepare import Stage, prepare_store
+from ..stages.replay_tables import VERDICT_LABELS, Prepared, replay_tables, window_table
+from ..summaries import GROUPS, compare_units, summarize
+from ..tracking import Tracker, engine_params, flatten, git_commit, metric_key
 
 __all__ = ["add_experiment_commands"]
 
@@ -102,11 +107,11 @@ class Context:
     tracker: Tracker | None
     bar: Progress
     bundle: Bundle
-    prepared: P.Prepared | None = None
-    arms: P.ExperimentArms | None = None
+    prepared: Prepared | None = None
+    arms: ExperimentArms | None = None
 
 
-def _stage(bar: Progress) -> P.Stage:
+def _stage(bar: Progress) -> Stage:
     tasks: dict[str, Any] = {}
 
     def update(what: str, done: int, total: int) -> None:
@@ -117,7 +122,7 @@ def _stage(bar: Progress) -> P.Stage:
     return update
 
 
-def _tags(cfg: ExperimentConfig, prepared: P.Prepared | None, command: str) -> dict[str, str]:
+def _tags(cfg: ExperimentConfig, prepared: Prepared | None, command: str) -> dict[str, str]:
     tags = {"msprlab.command": command, "msprlab.experiment": cfg.name,
             "msprlab.config_hash": cfg.digest(), "msprlab.git_commit": git_commit(),
             "msprlab.config_path": str(cfg.path)}
@@ -128,10 +133,10 @@ def _tags(cfg: ExperimentConfig, prepared: P.Prepared | None, command: str) -> d
     return tags
 
 
-def _prepare(ctx: Context, configs: dict[str, Any]) -> P.Prepared:
+def _prepare(ctx: Context, configs: dict[str, Any]) -> Prepared:
     stage = _stage(ctx.bar)
-    store = P.prepare_store(ctx.cfg, ctx.root, stage)
-    prepared = P.tables(ctx.cfg, store, configs, stage)
+    store = prepare_store(ctx.cfg, ctx.root, stage)
+    prepared = replay_tables(ctx.cfg, store, configs, stage)
     counts = prepared.split.value_counts().sort("split")
     windows = ", ".join(f"{w} {n:,}" for w, n in counts.iter_rows())
     cached = sum(prepared.from_cache.values())
@@ -143,14 +148,14 @@ def _prepare(ctx: Context, configs: dict[str, Any]) -> P.Prepared:
     return prepared
 
 
-def _log_run_header(ctx: Context, prepared: P.Prepared) -> None:
+def _log_run_header(ctx: Context, prepared: Prepared) -> None:
     if ctx.tracker is None:
         return
     ctx.tracker.dataset(name=prepared.dataset.source, digest=prepared.dataset.digest,
                         source=str(prepared.store.resolve()), context="replay")
     ctx.tracker.params(flatten({"experiment": {k: v for k, v in ctx.cfg.raw.items()
                                                if k != "engine"}}))
-    ctx.tracker.params(P.engine_params(ctx.cfg.engine))
+    ctx.tracker.params(engine_params(ctx.cfg.engine))
 
 
 def _arm_metrics(frame: pl.DataFrame, arm: str, *, stem: tuple[str, ...] = (),
@@ -176,13 +181,13 @@ def _primary_rows(frame: pl.DataFrame, metric: str) -> pl.DataFrame:
     return frame.filter(pl.col("metric") == metric) if frame.height else frame
 
 
-def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
+def run_ablation(ctx: Context, prepared: Prepared) -> AblationResult:
     cfg = ctx.cfg
     assert ctx.arms is not None
     configs = ctx.arms.ladder
-    result = P.ablate(cfg, prepared, configs, effects=ctx.arms.effects)
+    result = ablate(cfg, prepared, configs, effects=ctx.arms.effects)
     primary = cfg.metrics.primary
-    arms = P.arms_frame(result.arms, result.configs)
+    arms = arms_frame(result.arms, result.configs)
     ctx.console.print(arms_table(arms.filter(pl.col("name").is_in(list(configs)))))
     for unit, label in (("query", "per query: every question counts once"),
                         ("search", "per search: weighted by traffic, cluster bootstrap over "
@@ -209,7 +214,7 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
                                             labels=prepared.labels.source))
     for note in result.notes:
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
-    audit = P.isolation_audit(cfg, prepared, configs, progress=_stage(ctx.bar))
+    audit = isolation_audit(cfg, prepared, configs, progress=_stage(ctx.bar))
     ctx.console.print(audit_table(audit, policy=cfg.replay.policy))
     if note := _chat_role_note(prepared, audit):
         ctx.console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
@@ -223,7 +228,7 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
             with ctx.tracker.child(f"arm:{name}", tags={"msprlab.arm": name,
                                                         "msprlab.arm_kind": kind,
                                                         "msprlab.window": "test"}):
-                ctx.tracker.params({**P.engine_params(result.configs[name]),
+                ctx.tracker.params({**engine_params(result.configs[name]),
                                     **{f"weight.{k}": v for k, v in zip(
                                         WEIGHTS, arm.weights, strict=True)},
                                     **{f"switch.{k}": v for k, v in
@@ -250,7 +255,7 @@ def run_ablation(ctx: Context, prepared: P.Prepared) -> P.AblationResult:
     return result
 
 
-def _chat_role_note(prepared: P.Prepared, audit: pl.DataFrame) -> str | None:
+def _chat_role_note(prepared: Prepared, audit: pl.DataFrame) -> str | None:
     """Why an audit of memories added through `Memory.add` counts leaks: their payload
     `role` is the chat role, which the role policy reads as an access role (MSPR.md
     section 18, quirk 15)."""
@@ -263,20 +268,20 @@ def _chat_role_note(prepared: P.Prepared, audit: pl.DataFrame) -> str | None:
             "above count that clash, not memories of another tenant")
 
 
-def _judged(ctx: Context, prepared: P.Prepared) -> str | None:
+def _judged(ctx: Context, prepared: Prepared) -> str | None:
     """The judged@K metric shown beside every arm when the labels are verdicts."""
-    if prepared.labels.source != P.VERDICT_LABELS:
+    if prepared.labels.source != VERDICT_LABELS:
         return None
     return judged_metric(ctx.cfg.metrics.names)
 
 
-def _funnel(ctx: Context, prepared: P.Prepared, result: P.AblationResult,
+def _funnel(ctx: Context, prepared: Prepared, result: AblationResult,
             configs: dict[str, Any]) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
     """The ladder arms' stage funnel: printed overall and by group, returned for the
     bundle and MLflow (long, as `stats.aggregate` gives it, with `share` rows added)."""
     primary = ctx.cfg.metrics.primary
     arms = {name: result.arms[name] for name in configs}
-    frames, summary = P.funnel(ctx.cfg, prepared, arms, result.per_search)
+    frames, summary = arm_funnels(ctx.cfg, prepared, arms, result.per_search)
     wide = shares(summary)
     ctx.console.print(funnel_table(
         wide, metric=primary, title=f"stage funnel, test window: where {primary} is lost "
@@ -301,7 +306,7 @@ def _family(comparison: pl.DataFrame, reference: str, unit: str) -> str:
     return f"{rows['correction'][0]}; {rows['permutation_test'][0]}{bound}"
 
 
-def _bm25_reference(ctx: Context, prepared: P.Prepared) -> None:
+def _bm25_reference(ctx: Context, prepared: Prepared) -> None:
     """SciFact's sanity line: plain BM25 over the whole corpus on the test-window claims."""
     from msprlab.datasets.sources.scifact import bm25_ndcg10
     test = set(prepared.tables[next(iter(prepared.tables))].searches.filter(
@@ -319,7 +324,7 @@ def _bm25_reference(ctx: Context, prepared: P.Prepared) -> None:
                     SANITY_BM25)
 
 
-def _reference_rankers(ctx: Context, prepared: P.Prepared, result: P.AblationResult) -> None:
+def _reference_rankers(ctx: Context, prepared: Prepared, result: AblationResult) -> None:
     """BM25 and dense-only on the ladder's test-window searches (`references.py`), against
     `off`: printed, bundled under references/, one MLflow child run each; not arms, so
     never tuned and labelled "reference" wherever they appear."""
@@ -330,12 +335,12 @@ def _reference_rankers(ctx: Context, prepared: P.Prepared, result: P.AblationRes
                           highlight=False)
         return
     base = "off" if "off" in result.per_search else next(iter(result.per_search))
-    table = P.window_table(prepared, base, "test")
+    table = window_table(prepared, base, "test")
     metrics = [parse_metric(m) for m in cfg.metrics.names]
     runs = reference_runs(prepared.dataset, table)
     frames = {run.name: reference_frame(table, run, metrics) for run in runs}
-    summary = P.summarize(frames, cfg)
-    comparison = P.compare_units(result.per_search[base], frames, cfg, reference=base)
+    summary = summarize(frames, cfg)
+    comparison = compare_units(result.per_search[base], frames, cfg, reference=base)
     primary = cfg.metrics.primary
     ctx.console.print(reference_table(
         summary, comparison, metric=primary, seconds={r.name: r.seconds for r in runs},
@@ -360,7 +365,7 @@ def _reference_rankers(ctx: Context, prepared: P.Prepared, result: P.AblationRes
             ctx.tracker.metrics({**_arm_metrics(summary, run.name), "cost/seconds": run.seconds})
 
 
-def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storage: str | None,
+def run_tuning(ctx: Context, prepared: Prepared, *, trials: int | None, storage: str | None,
                workers: int | None, sampler: str | None,
                switch_sampler: bool = False, study: str | None = None) -> dict[str, Any]:
     """The weight search on the train window. `trials` is the study's target total of
@@ -381,10 +386,10 @@ def run_tuning(ctx: Context, prepared: P.Prepared, *, trials: int | None, storag
     )
     cfg = ctx.cfg
     metrics = [parse_metric(m) for m in cfg.metrics.names]
-    train = P.window_table(prepared, "tuned", "train")
-    test = P.window_table(prepared, "tuned", "test")
+    train = window_table(prepared, "tuned", "train")
+    test = window_table(prepared, "tuned", "test")
     train_scorer, test_scorer = Scorer.of(train, metrics), Scorer.of(test, metrics)
-    base = P.baseline_arm(cfg)
+    base = baseline_arm(cfg)
     space = search_space(dict(cfg.tune.ranges), cfg.engine)  # signals off: weights fixed at 0
     objectives = [Objective(*_objective(o)) for o in cfg.tune.objectives]
     n_trials = cfg.tune.trials if trials is None else trials  # not `or`: 0 is not "unset"
@@ -511,7 +516,7 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
     chosen = {"tuned": best}
     for name, config in arms.references.items():
         same = prepared.key_of[name] == prepared.key_of["tuned"]
-        scorers[name] = test if same else Scorer.of(P.window_table(prepared, name, "test"),
+        scorers[name] = test if same else Scorer.of(window_table(prepared, name, "test"),
                                                     metrics)
         chosen[name] = arm_of(name, config)
     searches = prepared.table("tuned").searches
@@ -522,11 +527,11 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
         seen=pl.when(pl.col("query_id").is_in(asked)).then(pl.lit("seen"))
         .otherwise(pl.lit("unseen")))
         for name, arm in chosen.items()}
-    groups = (*P.GROUPS, "seen")
-    comparison = pl.concat([P.compare_units(frames[ref], {"tuned": frames["tuned"]}, cfg,
+    groups = (*GROUPS, "seen")
+    comparison = pl.concat([compare_units(frames[ref], {"tuned": frames["tuned"]}, cfg,
                                             reference=ref, group_cols=groups)
                             for ref in arms.references], how="diagonal_relaxed")
-    summary = P.summarize(frames, cfg, group_cols=groups)
+    summary = summarize(frames, cfg, group_cols=groups)
     primary = cfg.metrics.primary
     for ref in arms.references:
         what = ("off (MSPR disabled: the context graph alone)" if ref == "off"
@@ -556,7 +561,7 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
                           f"{prepared.labels.source}): " + ", ".join(
                               f"{arm} {share:.1%}" + ("" if ok else " (not assessable)")
                               for arm, (share, ok) in shares_.items()), highlight=False)
-    _, stages = P.funnel(cfg, prepared, chosen, frames)
+    _, stages = arm_funnels(cfg, prepared, chosen, frames)
     funnel = with_shares(stages)
     ctx.console.print(funnel_table(
         shares(stages), metric=primary,
@@ -588,7 +593,7 @@ def _test_window(ctx: Context, test: Scorer, base: Arm, best: Arm, snippet: dict
     ctx.bundle.json(snippet, SNIPPET)
     configs = {**arms.references, "tuned": replace(arms.tuned, retrieval=replace(
         arms.tuned.retrieval, **best.named_weights._asdict()))}
-    ctx.bundle.frame(P.arms_frame(chosen, configs), TEST_ARMS)
+    ctx.bundle.frame(arms_frame(chosen, configs), TEST_ARMS)
     return {"comparison": comparison, "frames": frames, "best": best, "snippet": snippet}
 
 
@@ -636,7 +641,7 @@ def _command(args: argparse.Namespace, which: str) -> int:
     try:
         with bar:
             ctx = _context(args, console, bar, which)
-            ctx.arms = P.experiment_arms(ctx.cfg, ablation=which in ("ablate", "run"))
+            ctx.arms = experiment_arms(ctx.cfg, ablation=which in ("ablate", "run"))
             prepared = ctx.prepared = _prepare(ctx, ctx.arms.every())
             run = ctx.tracker.run(f"{which}:{ctx.cfg.name}", tags=_tags(ctx.cfg, prepared, which)) \
                 if ctx.tracker is not None else nullcontext()

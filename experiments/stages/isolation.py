@@ -1,0 +1,49 @@
+"""The isolation audit: how many returned results the searcher may not see, per arm, in
+compat and strict role isolation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+import polars as pl
+
+from msprlab.engine import EngineConfig
+
+from ..experiment_config import ExperimentConfig
+from ..scoring import arm_of
+from .prepare import Stage, quiet
+from .replay_tables import Prepared, replay_tables, split_tables
+
+__all__ = ["isolation_audit"]
+
+
+def isolation_audit(cfg: ExperimentConfig, prepared: Prepared,
+                    configs: Mapping[str, EngineConfig], *, window: str = "test",
+                    progress: Stage = quiet) -> pl.DataFrame:
+    """Per arm, in compat mode (the library: role policies judge the seeds only) and strict
+    mode (`corrections.strict_role_isolation`: graph neighbours too): how many returned
+    results the searcher may not see (`replay.AUDIT_POLICY`: tenant isolation and role
+    scope on the memory's stored payload) over the `window` searches."""
+    from msprlab.engine.batch import row_ranks, scores
+    strict_configs = {name: replace(config, corrections=replace(
+        config.corrections, strict_role_isolation=True)) for name, config in configs.items()}
+    strict = replay_tables(cfg, prepared.store, strict_configs, progress)
+    rows = []
+    for mode, prep, mine in (("compat", prepared, configs), ("strict", strict, strict_configs)):
+        windowed = split_tables(prep, window)
+        for name, config in mine.items():
+            table = windowed[prep.key_of[name]]
+            arm = arm_of(name, config)
+            block = table.block()
+            rank = row_ranks(block, scores(block, arm.weights, intent=arm.intent),
+                             roles=arm.roles)
+            returned = rank[block.internal_rows(np.arange(block.n_rows))] >= 0
+            leaked = returned & ~table.candidates["visible"].to_numpy()
+            searches = table.candidates["search"].to_numpy()
+            rows.append({"arm": name, "mode": mode, "roles": arm.roles,
+                         "searches": table.searches.height, "returned": int(returned.sum()),
+                         "leaked": int(leaked.sum()),
+                         "leaked_searches": int(np.unique(searches[leaked]).size)})
+    return pl.DataFrame(rows)
