@@ -1,23 +1,25 @@
 """The ablation stage: every ladder arm and side-effect arm scored on the test window,
-compared against the reference arms, with each arm's stage funnel."""
+compared against the reference arms, with each arm's stage funnel (`Ablation`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import polars as pl
 
 from msprlab.engine import EngineConfig
 
 from ..ablation import REFERENCES, AblationResult, ladder_arms
+from ..arms import ExperimentArms, arms_frame
 from ..experiment_config import ExperimentConfig
-from ..funnel import FUNNEL_COLUMNS, funnel_frame
+from ..funnel import FUNNEL_COLUMNS, funnel_frame, shares, with_shares
 from ..metrics import parse_metric
 from ..scoring import Arm, Scorer
 from ..summaries import compare_units, summarize
 from .replay_tables import Prepared, split_tables
 
-__all__ = ["ablate", "arm_funnels", "side_effect_frame"]
+__all__ = ["Ablation", "ablate", "ablation_stage", "arm_funnels", "side_effect_frame"]
 
 
 def side_effect_frame(on_zero: pl.DataFrame, effects: Mapping[str, pl.DataFrame],
@@ -91,3 +93,39 @@ def arm_funnels(cfg: ExperimentConfig, prepared: Prepared, arms: Mapping[str, Ar
                                  metric=metric, roles=arm.roles)
               for name, arm in arms.items()}
     return frames, summarize(frames, cfg, metric_cols=FUNNEL_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """What the ablation stage measured, for the reporter.
+
+    result: the ladder and side-effect arms on the test window (`ablate`).
+    ladder / effects: the ladder's arm names in order, the side-effect arms' names.
+    arms: every arm's definition (`arms.arms_frame`), ladder and side-effect arms.
+    funnel_parts: ladder arm -> its per-search funnel (`funnel.funnel_frame`).
+    funnel_wide: the ladder's funnel, one row per arm, unit and group (`funnel.shares`):
+        what the funnel tables print.
+    funnel: the same, long, with `share` rows (`funnel.with_shares`): bundle and MLflow.
+    funnel_reference: the arm the funnel's group tables read against (`off` if present).
+    """
+
+    result: AblationResult
+    ladder: tuple[str, ...]
+    effects: tuple[str, ...]
+    arms: pl.DataFrame
+    funnel_parts: dict[str, pl.DataFrame]
+    funnel_wide: pl.DataFrame
+    funnel: pl.DataFrame
+    funnel_reference: str
+
+
+def ablation_stage(cfg: ExperimentConfig, prepared: Prepared, arms: ExperimentArms
+                   ) -> Ablation:
+    """The ladder (`arms.ladder`) and side-effect arms (`arms.effects`) on the test
+    window, with the ladder arms' stage funnel."""
+    result = ablate(cfg, prepared, arms.ladder, effects=arms.effects)
+    ladder = {name: result.arms[name] for name in arms.ladder}
+    parts, summary = arm_funnels(cfg, prepared, ladder, result.per_search)
+    return Ablation(result, tuple(arms.ladder), tuple(arms.effects),
+                    arms_frame(result.arms, result.configs), parts, shares(summary),
+                    with_shares(summary), "off" if "off" in ladder else next(iter(ladder)))

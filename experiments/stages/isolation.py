@@ -1,10 +1,10 @@
 """The isolation audit: how many returned results the searcher may not see, per arm, in
-compat and strict role isolation."""
+compat and strict role isolation (`IsolationAudit`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -16,7 +16,38 @@ from ..scoring import arm_of
 from .prepare import Stage, quiet
 from .replay_tables import Prepared, replay_tables, split_tables
 
-__all__ = ["isolation_audit"]
+__all__ = ["IsolationAudit", "chat_role_note", "isolation_audit", "isolation_stage"]
+
+
+@dataclass(frozen=True)
+class IsolationAudit:
+    """The audit's frame (`isolation_audit`) and, when its leaks count a clash of chat
+    roles with access roles, the note saying so (`chat_role_note`)."""
+
+    frame: pl.DataFrame
+    note: str | None
+
+
+def isolation_stage(cfg: ExperimentConfig, prepared: Prepared,
+                    configs: Mapping[str, EngineConfig], *, progress: Stage = quiet
+                    ) -> IsolationAudit:
+    """The ladder's isolation audit on the test window (it replays each arm again in
+    strict mode; `progress` shows those replays)."""
+    audit = isolation_audit(cfg, prepared, configs, progress=progress)
+    return IsolationAudit(audit, chat_role_note(prepared, audit))
+
+
+def chat_role_note(prepared: Prepared, audit: pl.DataFrame) -> str | None:
+    """Why an audit of memories added through `Memory.add` counts leaks: their payload
+    `role` is the chat role, which the role policy reads as an access role (MSPR.md
+    section 18, quirk 15)."""
+    roles = set(prepared.dataset.memories["role"].drop_nulls().unique().to_list())
+    if not roles or not roles <= {"user", "assistant", "system"} or not audit["leaked"].sum():
+        return None
+    return (f"the memories' payload role is a chat role ({', '.join(sorted(roles))}), which "
+            "Memory.add(..., infer=False) stores and RoleScopePolicy reads as an access role "
+            "(MSPR.md quirk 15): a searcher without that role is 'denied' them, so the leaks "
+            "above count that clash, not memories of another tenant")
 
 
 def isolation_audit(cfg: ExperimentConfig, prepared: Prepared,
