@@ -3,7 +3,7 @@
 A command writes `ROOT/results/NAME-COMMAND-STAMP/` and logs the folder as artifacts of
 its MLflow parent run, so `msprlab report` renders from files alone (never re-running the
 engine). The layout (each file's name, and what it holds) is defined once, below: the
-writers (`experiments.cli.experiment`, `experiments.recovery`) and the reader
+writer (`experiments.reporter`, the only module that writes a bundle) and the reader
 (`reports.load`) name the files by these constants, never by spelling them.
 """
 
@@ -23,7 +23,7 @@ from msprlab.datasets.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from .experiment_config import ExperimentConfig
-    from .pipeline import Prepared
+    from .stages.replay_tables import Prepared
 
 __all__ = ["Bundle", "provenance"]
 

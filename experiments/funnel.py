@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .evaluation import ranking_values
 from .metrics import Metric
 from .replay import CandidateTable
+from .scoring import ranking_values
 
 __all__ = ["FUNNEL_COLUMNS", "FUNNEL_LABEL", "funnel_frame", "ideal_rankings", "shares",
            "with_shares"]

@@ -29,12 +29,16 @@ from scipy import stats
 from msprlab.datasets.trec import read_qrels
 from msprlab.engine import EngineConfig
 
-from . import pipeline as P
+from .arms import experiment_arms
 from .cli.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
+from .console_tables import fmt
 from .experiment_config import ExperimentConfig, judged_metric, load_experiment
 from .metrics import parse_metric
 from .replay import CandidateTable
-from .tables import fmt
+from .stages.ablate import ablate
+from .stages.prepare import prepare_store
+from .stages.replay_tables import Labels, Prepared, replay_tables, window_table
+from .summaries import summarize
 
 __all__ = ["agreement", "summaries", "truth_prepared", "with_truth"]
 
@@ -54,10 +58,10 @@ def with_truth(table: CandidateTable, truth: pl.DataFrame) -> CandidateTable:
     return CandidateTable(table.searches, candidates, qrels, table.meta)
 
 
-def truth_prepared(prepared: P.Prepared, truth: pl.DataFrame) -> P.Prepared:
+def truth_prepared(prepared: Prepared, truth: pl.DataFrame) -> Prepared:
     """`prepared` with every table relabelled by the truth (`with_truth`)."""
     tables = {key: with_truth(table, truth) for key, table in prepared.tables.items()}
-    return replace(prepared, tables=tables, labels=P.Labels("world qrels (the truth)"))
+    return replace(prepared, tables=tables, labels=Labels("world qrels (the truth)"))
 
 
 def agreement(truth: pl.DataFrame, verdicts: pl.DataFrame, *, metric: str,
@@ -83,24 +87,24 @@ def _means(summary: pl.DataFrame, metric: str, unit: str) -> dict[str, float]:
     return dict(zip(rows["arm"], rows["mean"], strict=True))
 
 
-def summaries(cfg: ExperimentConfig, prepared: P.Prepared,
+def summaries(cfg: ExperimentConfig, prepared: Prepared,
               ladder: dict[str, EngineConfig]) -> pl.DataFrame:
     """The ladder's arms and the BM25 and dense references on the test window, under the
     labels `prepared` carries (the pool in ideal order reads the labels: left out)."""
     from .references import reference_frame, reference_runs
-    result = P.ablate(cfg, prepared, ladder)
-    table = P.window_table(prepared, "off" if "off" in ladder else next(iter(ladder)), "test")
+    result = ablate(cfg, prepared, ladder)
+    table = window_table(prepared, "off" if "off" in ladder else next(iter(ladder)), "test")
     metrics = [parse_metric(m) for m in cfg.metrics.names]
     frames = {f"reference:{run.name}": reference_frame(table, run, metrics)
               for run in reference_runs(prepared.dataset, table) if run.name != "pool-ideal"}
-    return pl.concat([result.summary, P.summarize(frames, cfg)], how="diagonal_relaxed")
+    return pl.concat([result.summary, summarize(frames, cfg)], how="diagonal_relaxed")
 
 
 def _run(cfg: ExperimentConfig, root: Path, truth_path: Path, console: Console) -> int:
     truth = read_qrels(truth_path)
-    store = P.prepare_store(cfg, root)
-    ladder = P.experiment_arms(cfg, ablation=True).ladder
-    prepared = P.tables(cfg, store, ladder)
+    store = prepare_store(cfg, root)
+    ladder = experiment_arms(cfg, ablation=True).ladder
+    prepared = replay_tables(cfg, store, ladder)
     on_verdicts = summaries(cfg, prepared, ladder)
     on_truth = summaries(cfg, truth_prepared(prepared, truth), ladder)
     primary = cfg.metrics.primary

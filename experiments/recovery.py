@@ -12,9 +12,10 @@ planted ones do?
   `SWEEP` with the others held. A weight the metric is flat in (range near 0) is not
   identifiable from this window, whatever the tuner leaves it at.
 
-`report_recovery` prints it beside the test window's figures when the store has a truth
-sidecar (`datasets.sidecars.truth_path`) for this dataset, writes `bundle.TEST_RECOVERY`
-into the results bundle and logs `recovery/cosine` to MLflow when a tracker is active.
+`planted_recovery` measures it when the store has a truth sidecar
+(`datasets.sidecars.truth_path`) for this dataset; `experiments.reporter` prints it beside
+the test window's figures, writes `bundle.TEST_RECOVERY` into the results bundle and logs
+`recovery/cosine` to MLflow when a tracker is active.
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ import numpy as np
 
 from msprlab.engine.batch import FEATURES, WEIGHTS, Weights
 
-from .bundle import TEST_RECOVERY
-from .evaluation import Arm, Scorer
-from .tracking import metric_key
+from .scoring import Arm, Scorer
 
-__all__ = ["SWEEP", "cosine", "planted_arm", "read_planted", "recovery", "report_recovery"]
+__all__ = ["SWEEP", "cosine", "planted_arm", "planted_recovery", "read_planted", "recovery"]
 
 SWEEP = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -103,28 +102,11 @@ def read_planted(store: Path, digest: str) -> dict[str, float] | None:
     return {k: float(v) for k, v in record["planted_weights"].items()}
 
 
-def report_recovery(console: Any, bundle: Any, tracker: Any, store: Path, digest: str,
-                    test: Scorer, tuned: Arm, metric: str) -> dict[str, Any] | None:
-    """Print, save (`bundle.TEST_RECOVERY`) and log (`recovery/cosine`) the recovery of the
-    planted weights, when the store has a truth sidecar for `digest`; else do nothing."""
+def planted_recovery(store: Path, digest: str, test: Scorer, tuned: Arm,
+                     metric: str) -> dict[str, Any] | None:
+    """The recovery of the planted weights (`recovery`) when the store has a truth sidecar
+    for `digest`; else None."""
     planted = read_planted(store, digest)
     if planted is None:
         return None
-    result = recovery(test, tuned, planted, metric=metric)
-    flat = [name for name, s in result["sensitivity"].items() if s["range"] < 1e-3]
-    console.print(
-        f"recovery of the planted weights (test window, {result['searches']:,} searches): "
-        f"cosine {result['cosine']:.3f} between normalised tuned and planted weights; "
-        f"{metric} planted {result['planted_value']:.4f}, tuned {result['tuned_value']:.4f}"
-        + (f"; flat in {', '.join(flat)} (range < 0.001 over {list(SWEEP)})" if flat else ""),
-        highlight=False)
-    console.print("  sensitivity (test-window range of " + metric + " as one tuned weight "
-                  "sweeps 0..1): " + ", ".join(
-                      f"{k} {s['range']:.4f}" for k, s in result["sensitivity"].items()),
-                  highlight=False)
-    bundle.json(result, TEST_RECOVERY)
-    if tracker is not None:
-        tracker.metrics({"recovery/cosine": result["cosine"],
-                         f"recovery/planted/{metric_key(metric)}": result["planted_value"],
-                         f"recovery/tuned/{metric_key(metric)}": result["tuned_value"]})
-    return result
+    return recovery(test, tuned, planted, metric=metric)

@@ -39,10 +39,11 @@ from msprlab.experiments.cli.exits import (
     stdout_console,
 )
 
-from . import pipeline as P
-from .evaluation import Arm, Scorer, arm_of
 from .experiment_config import ExperimentError, load_experiment, replayable_engine
 from .metrics import parse_metric
+from .scoring import Arm, Scorer, arm_of
+from .stages.prepare import prepare_store
+from .stages.replay_tables import replay_tables
 from .stats import noninferior
 
 __all__ = ["DEFAULT_DEFINITION", "add_regress_command", "run_regress"]
@@ -129,8 +130,8 @@ def _scores(gate: Gate, experiment: str, root: Path) -> tuple[pl.DataFrame, str,
         ranker = replayable_engine(_merge(cfg.engine_dict, gate.ranker), cfg.replay)
     except ExperimentError as exc:
         raise ExperimentError(f"{gate.source}: [ranker] on {experiment}: {exc}") from None
-    store = P.prepare_store(cfg, root)
-    prepared = P.tables(cfg, store, {"ranker": ranker})
+    store = prepare_store(cfg, root)
+    prepared = replay_tables(cfg, store, {"ranker": ranker})
     table = prepared.table("ranker")
     scorer = Scorer.of(table, [parse_metric(m) for m in gate.metrics])
     arm = arm_of("ranker", ranker)

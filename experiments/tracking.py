@@ -31,10 +31,13 @@ from typing import Any
 
 import polars as pl
 
+from msprlab.engine import EngineConfig
+from msprlab.engine.config import as_dict
+
 from .databases import driver_hint, sqlalchemy_url
 from .errors import ExperimentError, redact_url
 
-__all__ = ["Tracker", "flatten", "git_commit", "metric_key"]
+__all__ = ["Tracker", "engine_params", "flatten", "git_commit", "metric_key"]
 
 _BAD = str.maketrans({"@": "_at_", "=": "_eq_", " ": "_"})
 
@@ -54,6 +57,11 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def engine_params(config: EngineConfig) -> dict[str, Any]:
+    """An engine configuration as MLflow params: `engine.` and its dotted field names."""
+    return flatten(as_dict(config), "engine.")
 
 
 def git_commit() -> str:

@@ -2,13 +2,14 @@
 
 `msprlab run|tune` write the trials frame (number, state, baseline, one column per
 objective label, the six weights, seconds) and a summary document
-(`experiments.commands.study_summary`: study, storage, trials per state, objectives, the
-best arm or the Pareto front with weights and values, PED-ANOVA importance per objective,
-notes). This module reads both defensively, because they are the boundary with another
-command's output: objective columns are the trial columns that are neither bookkeeping
-nor weights; the best arm comes from the summary (its trial number found by matching its
-weights in the trials), else from the trials (the maximum of the first objective). Every
-objective is maximised unless the summary says "direction": "minimize".
+(`experiments.stages.weight_search.study_summary`: study, storage, trials per state,
+objectives, the best arm or the Pareto front with weights and values, PED-ANOVA
+importance per objective, notes). This module reads both defensively, because they are
+the boundary with another command's output: objective columns are the trial columns that
+are neither bookkeeping nor weights; the best arm comes from the summary (its trial
+number found by matching its weights in the trials), else from the trials (the maximum
+of the first objective). Every objective is maximised unless the summary says
+"direction": "minimize".
 """
 
 from __future__ import annotations

@@ -12,12 +12,12 @@ import pytest
 from msprlab.engine.batch import WEIGHTS
 from msprlab.experiments.ablation import ladder, side_effects, switches
 from msprlab.experiments.cli import main
-from msprlab.experiments.evaluation import arm_of
 from msprlab.experiments.experiment_config import (
     ExperimentError,
     load_experiment,
     shipped_experiments,
 )
+from msprlab.experiments.scoring import arm_of
 
 SMALL = """
 name = "small"
@@ -180,7 +180,8 @@ def test_missing_experiment_is_bad_input(tmp_path, capsys) -> None:
 
 
 def test_a_smaller_seed_count_changes_the_candidate_table(tmp_path) -> None:
-    from msprlab.experiments import pipeline as P
+    from msprlab.experiments.stages.prepare import prepare_store
+    from msprlab.experiments.stages.replay_tables import replay_tables
     tables = {}
     for top_k in (10, 3):
         definition = tmp_path / f"seeds{top_k}.toml"
@@ -188,8 +189,8 @@ def test_a_smaller_seed_count_changes_the_candidate_table(tmp_path) -> None:
             "[engine.context_graph]\nenabled = true\n",
             f"[engine.context_graph]\nenabled = true\nretrieval = {{ seed_top_k = {top_k} }}\n"))
         cfg = load_experiment(definition)
-        store = P.prepare_store(cfg, tmp_path)
-        prepared = P.tables(cfg, store, {"tuned": cfg.engine})
+        store = prepare_store(cfg, tmp_path)
+        prepared = replay_tables(cfg, store, {"tuned": cfg.engine})
         tables[top_k] = prepared.table("tuned").candidates
     assert tables[3]["was_seed"].sum() < tables[10]["was_seed"].sum()
     assert tables[3].height < tables[10].height

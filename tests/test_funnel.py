@@ -13,14 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_experiments import SMALL
 
-from msprlab.experiments import pipeline as P
 from msprlab.experiments.cli import main
-from msprlab.experiments.evaluation import Arm, Scorer
 from msprlab.experiments.experiment_config import load_experiment
 from msprlab.experiments.funnel import funnel_frame, ideal_rankings, shares
 from msprlab.experiments.metrics import parse_metric
 from msprlab.experiments.references import pool_ideal_run, reference_frame
 from msprlab.experiments.replay import CandidateTable
+from msprlab.experiments.scoring import Arm, Scorer
+from msprlab.experiments.stages.prepare import prepare_store
+from msprlab.experiments.stages.replay_tables import replay_tables, window_table
 
 NDCG = parse_metric("ndcg@10")
 
@@ -112,8 +113,8 @@ def small_test_window(tmp_path_factory) -> tuple[Scorer, CandidateTable]:
     definition = root / "small.toml"
     definition.write_text(SMALL)
     cfg = load_experiment(definition)
-    prepared = P.tables(cfg, P.prepare_store(cfg, root), {"all": cfg.engine})
-    table = P.window_table(prepared, "all", "test")
+    prepared = replay_tables(cfg, prepare_store(cfg, root), {"all": cfg.engine})
+    table = window_table(prepared, "all", "test")
     return Scorer.of(table, [NDCG]), table
 
 

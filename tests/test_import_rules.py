@@ -58,7 +58,7 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 
 def test_the_source_tree_is_found() -> None:
     assert "msprlab.engine.batch" in GRAPH and "msprlab.experiments.cli.experiment" in GRAPH
-    assert "msprlab.experiments.pipeline" in GRAPH["msprlab.experiments.cli.experiment"]
+    assert "msprlab.experiments.stages.prepare" in GRAPH["msprlab.experiments.cli.experiment"]
 
 
 @pytest.mark.parametrize(("package", "forbidden"), [

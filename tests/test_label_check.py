@@ -9,12 +9,13 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from msprlab.experiments import pipeline as P
+from msprlab.experiments.arms import experiment_arms
 from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import load_experiment
 from msprlab.experiments.label_check import agreement, with_truth
 from msprlab.experiments.label_check import main as check_main
 from msprlab.experiments.replay import CandidateTable
+from msprlab.experiments.stages.replay_tables import replay_tables
 
 WORLD = Path(__file__).parent / "fixtures" / "contextkit_world"
 SHIPPED = Path(__file__).parents[1] / "experiments" / "configs" / "contextkit.toml"
@@ -77,8 +78,8 @@ def test_the_world_checks_verdicts_against_its_truth(world_store, tmp_path, caps
     assert "reference:bm25" in out and "reference:dense" in out
     # the same searches under both labels: the truth table has the verdict table's searches
     cfg = load_experiment(definition)
-    ladder = P.experiment_arms(cfg, ablation=True).ladder
-    prepared = P.tables(cfg, world_store, {"off": ladder["off"]})
+    ladder = experiment_arms(cfg, ablation=True).ladder
+    prepared = replay_tables(cfg, world_store, {"off": ladder["off"]})
     table = prepared.table("off")
     truth = with_truth(table, pl.read_csv(WORLD / "truth" / "qrels.tsv", separator="\t",
                                           has_header=False, new_columns=[

@@ -27,18 +27,19 @@ from msprlab.datasets.build import LogSpec, build_synthetic, default_p_helpful, 
 from msprlab.datasets.clicks import VerdictModel
 from msprlab.datasets.synthetic import SyntheticSpec
 from msprlab.engine.batch import FEATURES, WEIGHTS
-from msprlab.experiments import pipeline as P
-from msprlab.experiments.evaluation import Arm, Scorer
+from msprlab.engine.roles import policy_from_name
+from msprlab.experiments.arms import baseline_arm
 from msprlab.experiments.experiment_config import load_experiment
 from msprlab.experiments.metrics import parse_metric
 from msprlab.experiments.recovery import cosine, planted_arm, read_planted, recovery
 from msprlab.experiments.replay import replay
+from msprlab.experiments.scoring import Arm, Scorer
 from msprlab.experiments.splits import split_searches
 from msprlab.experiments.tune import Objective, SearchSpace, tune
 
 CFG = load_experiment("synthetic")
 SMALL = SyntheticSpec(n_users=6, memories_per_user=40, queries_per_user=6)
-# The pipeline's log for the synthetic world (experiments/pipeline.py), at another pace.
+# The experiment's log for the synthetic world (experiments/stages/prepare.py), at another pace.
 SMALL_LOG = LogSpec(n_searches=600, mean_gap_seconds=6 * 3600.0,
                     click_model=make_click_model("pbm", max_grade=3),
                     verdict_model=VerdictModel(p_helpful=default_p_helpful(3)))
@@ -51,7 +52,7 @@ MIN_COSINE = 0.9
 
 
 def _windows(dataset, engine):
-    table = replay(dataset, engine, policy=P.policy_from_name(CFG.replay.policy))
+    table = replay(dataset, engine, policy=policy_from_name(CFG.replay.policy))
     split = split_searches(table.searches, CFG.split.spec())
     return (table.subset((split == "train").to_numpy()),
             table.subset((split == "test").to_numpy()))
@@ -95,7 +96,7 @@ def test_features_are_not_collinear_in_the_test_window(small) -> None:
 
 def _tuned(train, n_trials: int) -> Arm:
     with tempfile.TemporaryDirectory(prefix="test-recovery-") as folder:
-        result = tune(Scorer.of(train, [parse_metric("ndcg@10")]), P.baseline_arm(CFG),
+        result = tune(Scorer.of(train, [parse_metric("ndcg@10")]), baseline_arm(CFG),
                       SearchSpace(dict(CFG.tune.ranges)), [Objective("ndcg@10")],
                       n_trials=n_trials, seed=CFG.seed, study_name="recovery",
                       storage=Path(folder) / "recovery.journal")

@@ -23,12 +23,13 @@ from msprlab.datasets.schema import (
     empty,
 )
 from msprlab.engine import EngineConfig
-from msprlab.experiments import pipeline as P
 from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import load_experiment
 from msprlab.experiments.metrics import parse_metric
 from msprlab.experiments.references import bm25_rankings, reference_frame, reference_runs
 from msprlab.experiments.replay import replay
+from msprlab.experiments.stages.prepare import prepare_store
+from msprlab.experiments.stages.replay_tables import replay_tables, window_table
 
 T0 = datetime(2024, 1, 1)
 K1, B = 1.5, 0.75  # bm25s's defaults
@@ -139,8 +140,8 @@ def test_dense_reference_heads_are_the_replays_seeds(tmp_path) -> None:
     definition = tmp_path / "small.toml"
     definition.write_text(SMALL)
     cfg = load_experiment(definition)
-    prepared = P.tables(cfg, P.prepare_store(cfg, tmp_path), {"off": cfg.engine})
-    table = P.window_table(prepared, "off", "test")
+    prepared = replay_tables(cfg, prepare_store(cfg, tmp_path), {"off": cfg.engine})
+    table = window_table(prepared, "off", "test")
     dense = reference_runs(prepared.dataset, table)[1]
     seeds = (table.candidates.filter("was_seed").sort("search", "dense", "position",
                                                       descending=[False, True, False])

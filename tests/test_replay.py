@@ -11,9 +11,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from msprlab.engine.batch import WEIGHTS
-from msprlab.experiments.evaluation import Arm, Scorer
-from msprlab.experiments.metrics import evaluate, judged_from_frames, parse_metric
 from msprlab.experiments.errors import ExperimentError
+from msprlab.experiments.metrics import evaluate, judged_from_frames, parse_metric
 from msprlab.experiments.replay import (
     CandidateTable,
     cached_replay,
@@ -22,6 +21,7 @@ from msprlab.experiments.replay import (
     success_twin,
     table_key,
 )
+from msprlab.experiments.scoring import Arm, Scorer
 
 from replay_world import StripedPolicy, signals, world
 

@@ -27,11 +27,11 @@ from msprlab.datasets.timeline import DEFAULT_SEEDS
 from msprlab.engine import EngineConfig
 from msprlab.engine.config import RetrievalConfig, as_dict
 from msprlab.experiments.cli import main
-from msprlab.experiments.evaluation import Scorer, arm_of
 from msprlab.experiments.experiment_config import ExperimentError, load_experiment
 from msprlab.experiments.metrics import parse_metric
-from msprlab.experiments.pipeline import tables
 from msprlab.experiments.replay import CandidateTable, replay, table_key
+from msprlab.experiments.scoring import Scorer, arm_of
+from msprlab.experiments.stages.replay_tables import replay_tables
 
 from replay_world import StripedPolicy, signals, world
 
@@ -341,13 +341,13 @@ def test_seed_top_k_in_the_toml_changes_the_pipelines_candidate_table(
     wide = load_experiment(definition(
         tmp_path, "wide", retrieval="retrieval = { seed_top_k = 20 }"))
     assert wide.engine.retrieval.seed_top_k == 20
-    first = tables(default, store, {"tuned": default.engine})
-    second = tables(wide, store, {"tuned": wide.engine})
+    first = replay_tables(default, store, {"tuned": default.engine})
+    second = replay_tables(wide, store, {"tuned": wide.engine})
     assert not second.from_cache[second.key_of["tuned"]]  # not the cached default table
     a, b = first.table("tuned"), second.table("tuned")
     assert seeds_per_search(a).max() == 10 and seeds_per_search(b).max() == 20
     assert not a.candidates.equals(b.candidates)
-    again = tables(wide, store, {"tuned": wide.engine})
+    again = replay_tables(wide, store, {"tuned": wide.engine})
     assert again.from_cache[again.key_of["tuned"]]
     assert again.table("tuned").candidates.equals(b.candidates)
 

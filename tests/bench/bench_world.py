@@ -126,16 +126,16 @@ def _generate_and_ingest(root: Path, users: int, memories: int, searches: int,
                          trials: int) -> list[Stage]:
     """The first two stages, run in a child process (`run_world`)."""
     from msprlab.datasets.store import ingest
-    from msprlab.experiments import pipeline as P
+    from msprlab.experiments.stages.prepare import _build, quiet, store_path
 
     cfg = _world_config(root, users, memories, searches, trials)
     stages: list[Stage] = []
-    dataset, _ = _timed(stages, "generate world and log", lambda: P._build(cfg, P._quiet),
+    dataset, _ = _timed(stages, "generate world and log", lambda: _build(cfg, quiet),
                         "in a child process, with ingest")
     counts = dataset.counts()
     note = (f"{counts['memories']:,} memories, {counts['edges']:,} edges, "
             f"{counts['events']:,} events")
-    store = P.store_path(cfg, root)
+    store = store_path(cfg, root)
     store.parent.mkdir(parents=True, exist_ok=True)
     _timed(stages, "ingest (validate, write DuckDB)",
            lambda data=dataset: ingest(data, store), note)
@@ -148,28 +148,31 @@ def run_world(root: Path, *, users: int, memories: int, searches: int, trials: i
     process), then the experiment's stages here, reading the store as `msprlab run` does:
     so their peak memory is that of a run, not of a run that generated the world first (the
     generator's freed memory stays mapped in the process that used it)."""
-    from msprlab.experiments import pipeline as P
-    from msprlab.experiments.evaluation import Scorer
+    from msprlab.experiments.arms import baseline_arm, experiment_arms
     from msprlab.experiments.metrics import parse_metric
+    from msprlab.experiments.scoring import Scorer
+    from msprlab.experiments.stages.ablate import ablate
+    from msprlab.experiments.stages.prepare import store_path
+    from msprlab.experiments.stages.replay_tables import replay_tables, window_table
     from msprlab.experiments.tune import Objective, search_space, tune
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         stages = pool.submit(_generate_and_ingest, root, users, memories, searches,
                              trials).result()
     cfg = _world_config(root, users, memories, searches, trials)
-    store = P.store_path(cfg, root)
-    arms = P.experiment_arms(cfg, ablation=True)
+    store = store_path(cfg, root)
+    arms = experiment_arms(cfg, ablation=True)
     prepared = _timed(stages, "replay (one table per key)",
-                      lambda: P.tables(cfg, store, arms.every()))
+                      lambda: replay_tables(cfg, store, arms.every()))
     rows = sum(t.candidates.height for t in prepared.tables.values())
     stages[-1].note = f"{len(prepared.tables)} tables, {rows:,} candidate rows"
     _timed(stages, "ablation ladder (test window)",
-           lambda: P.ablate(cfg, prepared, arms.ladder, effects=arms.effects))
+           lambda: ablate(cfg, prepared, arms.ladder, effects=arms.effects))
     metrics = [parse_metric(m) for m in cfg.metrics.names]
 
     def search() -> Any:
-        train = Scorer.of(P.window_table(prepared, "tuned", "train"), metrics)
-        return tune(train, P.baseline_arm(cfg), search_space(dict(cfg.tune.ranges), cfg.engine),
+        train = Scorer.of(window_table(prepared, "tuned", "train"), metrics)
+        return tune(train, baseline_arm(cfg), search_space(dict(cfg.tune.ranges), cfg.engine),
                     [Objective("ndcg@10", None)], n_trials=trials, seed=cfg.seed,
                     storage=str(root / "world.journal"), study_name="world")
     _timed(stages, f"weight search ({trials} TPE trials)", search)

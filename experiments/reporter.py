@@ -1,0 +1,494 @@
+"""The experiment commands' outputs: every stage result printed (rich console), logged
+(MLflow, `tracking.Tracker`) and written into the results bundle (`bundle.Bundle`), here
+only.
+
+A stage (`experiments.stages`) computes and returns a result object; `Reporter` turns it
+into output, so a new table, metric or bundle file is added in one place. The cli calls the
+stages in order and hands each result to the matching method, which keeps the printed text,
+the MLflow runs and the bundle's files in their order. Output made while a stage runs
+(progress bars, the weight search's recovery and start messages, per-trial MLflow step
+metrics) goes through callbacks the reporter supplies: `progress` and `study_run`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.progress import Progress
+
+from msprlab.engine.batch import WEIGHTS
+
+from .ablation import switches
+from .bundle import (
+    ABLATION,
+    ABLATION_ARMS,
+    ABLATION_COMPARISON,
+    ABLATION_FUNNEL,
+    ABLATION_FUNNEL_PART,
+    ABLATION_MATCH,
+    ABLATION_NOTES,
+    ABLATION_SIDE_EFFECTS,
+    ABLATION_SUMMARY,
+    ISOLATION_AUDIT,
+    PROVENANCE,
+    REFERENCES,
+    REFERENCES_COMPARISON,
+    REFERENCES_RANKERS,
+    REFERENCES_SUMMARY,
+    SANITY_BM25,
+    SNIPPET,
+    STUDY_SUMMARY,
+    STUDY_TRIALS,
+    TEST,
+    TEST_ARMS,
+    TEST_COMPARISON,
+    TEST_FUNNEL,
+    TEST_RECOVERY,
+    TEST_SUMMARY,
+    Bundle,
+    per_search_file,
+    provenance,
+    trec_run_file,
+)
+from .console_tables import (
+    arms_table,
+    audit_table,
+    comparison_table,
+    delta_matrix,
+    funnel_group_table,
+    funnel_table,
+    judged_shares,
+    ladder_table,
+    reference_table,
+    side_effect_table,
+)
+from .errors import redact_url
+from .experiment_config import ExperimentConfig, judged_metric
+from .metrics import parse_metric
+from .recovery import SWEEP
+from .stages.ablate import Ablation
+from .stages.held_out import HeldOutResult
+from .stages.isolation import IsolationAudit
+from .stages.prepare import Stage
+from .stages.reference_rankers import Bm25Sanity, ReferenceRankers
+from .stages.replay_tables import VERDICT_LABELS, Prepared
+from .stages.weight_search import SearchHooks, Tuned, TuningPlan
+from .tracking import Tracker, engine_params, flatten, git_commit, metric_key
+
+__all__ = ["Reporter"]
+
+
+@dataclass(frozen=True)
+class Reporter:
+    """Where one command's outputs go: the console, its progress bar, the MLflow tracker
+    (None: `--no-track`) and the results bundle; `cfg` names what the titles print."""
+
+    cfg: ExperimentConfig
+    console: Console
+    bar: Progress
+    tracker: Tracker | None
+    bundle: Bundle
+
+    def _print(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def _note(self, note: str) -> None:
+        self._print(f"[yellow]note:[/yellow] {note}")
+
+    # ---- live progress ------------------------------------------------------------------
+    def progress(self) -> Stage:
+        """A stage's progress callback: one bar task per `what` (up to its first `:`)."""
+        tasks: dict[str, Any] = {}
+
+        def update(what: str, done: int, total: int) -> None:
+            key = what.split(":")[0]
+            if key not in tasks:
+                tasks[key] = self.bar.add_task(what, total=total or None)
+            self.bar.update(tasks[key], description=what, completed=done, total=total or None)
+        return update
+
+    # ---- prepare and replay -------------------------------------------------------------
+    def prepared(self, prepared: Prepared) -> None:
+        """The store, its replays and the split's sizes; the label note (verdict labels)."""
+        counts = prepared.split.value_counts().sort("split")
+        windows = ", ".join(f"{w} {n:,}" for w, n in counts.iter_rows())
+        cached = sum(prepared.from_cache.values())
+        self._print(f"store {prepared.store} ({prepared.dataset.source}, digest "
+                    f"{prepared.dataset.digest[:12]}); {len(prepared.tables)} replay(s), "
+                    f"{cached} from the cache; searches: {windows}")
+        if note := prepared.labels.note():
+            self._print(note)
+
+    @contextmanager
+    def parent_run(self, command: str, prepared: Prepared) -> Iterator[None]:
+        """The command's MLflow parent run (tags, the dataset as an input, the definition and
+        the engine config as params) and the bundle's provenance record, around the
+        stages."""
+        run = self.tracker.run(f"{command}:{self.cfg.name}", tags=self._tags(prepared, command)) \
+            if self.tracker is not None else nullcontext()
+        with run as run_id:
+            self._run_header(prepared)
+            tracked = None if self.tracker is None or run_id is None else {
+                "tracking_uri": redact_url(self.tracker.uri),
+                "experiment": self.tracker.experiment, "run_id": run_id}
+            self.bundle.json(provenance(self.cfg, prepared, command, tracked), PROVENANCE)
+            yield
+
+    def _tags(self, prepared: Prepared | None, command: str) -> dict[str, str]:
+        cfg = self.cfg
+        tags = {"msprlab.command": command, "msprlab.experiment": cfg.name,
+                "msprlab.config_hash": cfg.digest(), "msprlab.git_commit": git_commit(),
+                "msprlab.config_path": str(cfg.path)}
+        if prepared is not None:
+            tags["msprlab.dataset_digest"] = prepared.dataset.digest
+            tags["msprlab.dataset_source"] = prepared.dataset.source
+            tags["msprlab.label_source"] = prepared.labels.source
+        return tags
+
+    def _run_header(self, prepared: Prepared) -> None:
+        if self.tracker is None:
+            return
+        self.tracker.dataset(name=prepared.dataset.source, digest=prepared.dataset.digest,
+                             source=str(prepared.store.resolve()), context="replay")
+        self.tracker.params(flatten({"experiment": {k: v for k, v in self.cfg.raw.items()
+                                                    if k != "engine"}}))
+        self.tracker.params(engine_params(self.cfg.engine))
+
+    def finish(self, started: float) -> None:
+        """Stamp the provenance with the duration; the bundle as the parent run's artifacts."""
+        self.bundle.finish(started)
+        if self.tracker is not None:
+            self.tracker.mlflow.log_artifacts(str(self.bundle.folder))
+
+    def done(self, seconds: float) -> None:
+        """Where the results are, and how long the command took."""
+        folder = self.bundle.folder
+        self._print(f"results: {folder} (render them: msprlab report {folder})")
+        if self.tracker is not None:
+            self._print(self.tracker.where())
+        self._print(f"done in {seconds:.0f} s")
+
+    # ---- ablation -----------------------------------------------------------------------
+    def ablation(self, prepared: Prepared, ablation: Ablation) -> None:
+        """The ladder's tables: arms, the ladder per query and per search, the stage
+        funnel, the change against off by group, the side effects, the notes. Printed
+        before the isolation audit runs (`isolation`), which replays again."""
+        cfg, result, labels = self.cfg, ablation.result, prepared.labels.source
+        primary = cfg.metrics.primary
+        self.console.print(arms_table(ablation.arms.filter(
+            pl.col("name").is_in(list(ablation.ladder)))))
+        for unit, label in (("query", "per query: every question counts once"),
+                            ("search", "per search: weighted by traffic, cluster bootstrap "
+                                       "over queries")):
+            self.console.print(ladder_table(
+                result.summary, result.comparison, result.match, metric=primary, unit=unit,
+                judged=self._judged(prepared), min_judged_ratio=cfg.metrics.min_judged_ratio,
+                title=f"ablation ladder, test window: {primary}, {label}; labels: {labels}"))
+        self.console.print(funnel_table(
+            ablation.funnel_wide, metric=primary, title=f"stage funnel, test window: where "
+            f"{primary} is lost between the dense seeds and the returned list; labels: "
+            f"{labels}"))
+        for group_by in ("intent", "question_type"):
+            self.console.print(funnel_group_table(
+                ablation.funnel_wide, reference=ablation.funnel_reference,
+                arms=list(ablation.ladder), group_by=group_by,
+                title=f"stage funnel by {group_by.replace('_', ' ')}, test window, per query: "
+                      f"{primary}; labels: {labels}"))
+        if result.comparison.height:
+            family = _family(result.comparison, "off", "query")
+            for group_by in ("intent", "question_type"):
+                part = result.comparison.filter(pl.col("reference") == "off",
+                                                pl.col("unit") == "query",
+                                                pl.col("group_by").is_in(["overall", group_by]))
+                self.console.print(delta_matrix(
+                    part, metric=primary, title=f"ablation, test window: {primary} change "
+                    f"against off (MSPR disabled), per query, by {group_by.replace('_', ' ')}; "
+                    f"labels: {labels}", family=family))
+        if result.side_effects.height:
+            self.console.print(side_effect_table(result.side_effects, metric=primary,
+                                                 labels=labels))
+        for note in result.notes:
+            self._note(note)
+
+    def isolation(self, ablation: Ablation, audit: IsolationAudit) -> None:
+        """The isolation audit (printed, bundled, its leaks logged), then the ladder's
+        records: one MLflow child run per arm and the ablation part of the bundle."""
+        self.console.print(audit_table(audit.frame, policy=self.cfg.replay.policy))
+        if audit.note:
+            self._note(audit.note)
+        self.bundle.frame(audit.frame, ISOLATION_AUDIT)
+        result = ablation.result
+        if self.tracker is not None:
+            self.tracker.metrics({f"isolation/{r['mode']}/{r['arm']}/leaked": r["leaked"]
+                                  for r in audit.frame.iter_rows(named=True)})
+            match = {r["arm"]: r for r in result.match.iter_rows(named=True)}
+            for name, arm in result.arms.items():
+                kind = "side-effect" if name in ablation.effects else "ladder"
+                with self.tracker.child(f"arm:{name}", tags={"msprlab.arm": name,
+                                                             "msprlab.arm_kind": kind,
+                                                             "msprlab.window": "test"}):
+                    self.tracker.params({**engine_params(result.configs[name]),
+                                         **{f"weight.{k}": v for k, v in zip(
+                                             WEIGHTS, arm.weights, strict=True)},
+                                         **{f"switch.{k}": v for k, v in
+                                            switches(result.configs[name]).items()}})
+                    self.tracker.metrics({
+                        **_arm_metrics(result.summary, name),
+                        **_arm_metrics(ablation.funnel, name, stem=("funnel",), sizes=False),
+                        "match/matched": match[name]["matched"],
+                        "match/logged": match[name]["logged"],
+                        "match/rate": match[name]["rate"]})
+        for name, frame in result.per_search.items():
+            self.bundle.frame(frame, per_search_file(ABLATION, name))
+        self.bundle.frame(result.summary, ABLATION_SUMMARY)
+        self.bundle.frame(ablation.funnel, ABLATION_FUNNEL)
+        for name, frame in ablation.funnel_parts.items():
+            self.bundle.frame(frame, per_search_file(ABLATION_FUNNEL_PART, name))
+        self.bundle.frame(ablation.arms, ABLATION_ARMS)
+        self.bundle.frame(result.match, ABLATION_MATCH)
+        self.bundle.json(result.notes, ABLATION_NOTES)
+        if result.comparison.height:
+            self.bundle.frame(result.comparison, ABLATION_COMPARISON)
+        if result.side_effects.height:
+            self.bundle.frame(result.side_effects, ABLATION_SIDE_EFFECTS)
+
+    def references(self, prepared: Prepared, refs: ReferenceRankers | None) -> None:
+        """The reference rankers: printed, bundled under references/, one MLflow child run
+        each, labelled "reference" (never tuned); None: switched off."""
+        if refs is None:
+            self._print("reference rankers: off ([references] enabled = false)")
+            return
+        primary = self.cfg.metrics.primary
+        self.console.print(reference_table(
+            refs.summary, refs.comparison, metric=primary,
+            seconds={r.name: r.seconds for r in refs.runs},
+            labels={r.name: r.label for r in refs.runs},
+            title=f"reference rankers (not tuned), test window: {primary} per query / per "
+                  f"search, Δ against {refs.base}; labels: {prepared.labels.source}"))
+        self.bundle.frame(refs.summary, REFERENCES_SUMMARY)
+        self.bundle.frame(refs.comparison, REFERENCES_COMPARISON)
+        self.bundle.json([{"name": r.name, "kind": "reference", "label": r.label,
+                           "seconds": r.seconds, "visible_sets": r.visible_sets}
+                          for r in refs.runs], REFERENCES_RANKERS)
+        for name, frame in refs.frames.items():
+            self.bundle.frame(frame, per_search_file(REFERENCES, name))
+        if self.tracker is None:
+            return
+        for run in refs.runs:
+            with self.tracker.child(f"reference:{run.name}", tags={
+                    "msprlab.arm": run.name, "msprlab.arm_kind": "reference",
+                    "msprlab.window": "test"}):
+                self.tracker.params({"reference.label": run.label,
+                                     "reference.visible_sets": run.visible_sets})
+                self.tracker.metrics({**_arm_metrics(refs.summary, run.name),
+                                      "cost/seconds": run.seconds})
+
+    def bm25_sanity(self, sanity: Bm25Sanity) -> None:
+        """SciFact's sanity line, printed and bundled."""
+        self._print(f"sanity: plain BM25 (k1 1.2, b 0.75) over the whole corpus on the same "
+                    f"{sanity.claims} test claims: nDCG@10 {sanity.value:.4f} (about 0.66 on "
+                    "all 300 is the published figure). The engine ranks only the top-10 dense "
+                    "seeds and their graph neighbours, with query-token overlap as its "
+                    "lexical term, so it is not expected to match.")
+        self.bundle.json({"bm25_ndcg_at_10_test_claims": sanity.value,
+                          "claims": sanity.claims}, SANITY_BM25)
+
+    # ---- weight search ------------------------------------------------------------------
+    @contextmanager
+    def study_run(self, plan: TuningPlan) -> Iterator[SearchHooks]:
+        """Around the search: its progress bar task and its MLflow child run `study` (the
+        settings as params); yields the live callbacks the search calls (recovery and
+        start messages printed, each trial's values as step metrics, the bar moved)."""
+        task = self.bar.add_task(f"tuning ({plan.sampler}, target {plan.n_trials} trials)",
+                                 total=plan.n_trials)
+        tracker, cfg = self.tracker, self.cfg
+        with ExitStack() as stack:
+            if tracker is not None:
+                stack.enter_context(tracker.child("study",
+                                                  tags={"msprlab.study": plan.study_name}))
+                tracker.params({"study": plan.study_name, "storage": plan.storage_shown,
+                                "sampler": plan.sampler, "trials": plan.n_trials,
+                                "objectives": list(cfg.tune.objectives), "seed": cfg.seed,
+                                **{f"range.{k}": list(v) for k, v in plan.space.ranges.items()},
+                                **{f"fixed.{k}": why for k, why in plan.space.fixed.items()}})
+
+            def on_trial(record: Any) -> None:
+                if tracker is not None and record.values is not None:
+                    tracker.metrics({f"trial/{o.key()}": v for o, v in zip(
+                        plan.objectives, record.values, strict=True)}, step=record.number,
+                        synchronous=False)
+
+            def on_start(held: int, target: int) -> None:
+                from .tune import trials_message
+                self._print(trials_message(held, target))
+
+            yield SearchHooks(
+                on_recovered=lambda message: self._print(
+                    f"[yellow]recovered:[/yellow] {message}"),
+                on_start=on_start,
+                progress=lambda done, total: self.bar.update(task, completed=done,
+                                                             total=total),
+                on_trial=on_trial)
+
+    def study(self, plan: TuningPlan, tuned: Tuned) -> None:
+        """The study's records, inside its child run: the trials and the summary bundled,
+        importance, best values and best weights logged."""
+        result = tuned.result
+        self.bundle.frame(result.trials, STUDY_TRIALS)
+        self.bundle.json(tuned.summary, STUDY_SUMMARY)
+        if self.tracker is not None:
+            self.tracker.metrics({f"importance/{metric_key(label)}/{weight}": value
+                                  for label, values in result.importance.items()
+                                  for weight, value in values.items()})
+            self.tracker.metrics({f"best/{o.key()}": v for o, v in zip(
+                plan.objectives, result.best_values[0], strict=True)})
+            self.tracker.params({f"best.{w}": v for w, v in zip(
+                WEIGHTS, tuned.best.weights, strict=True)})
+
+    def tuned(self, plan: TuningPlan, tuned: Tuned) -> None:
+        """What the search did and found, and what its snippet cannot reproduce."""
+        result = tuned.result
+        self._print(f"weight search: {result.added:,} new trials in {tuned.seconds:.1f} s on "
+                    f"the train window ({plan.train.searches.height:,} searches); the study "
+                    f"holds {result.held + result.added:,}: {plan.study_name} in "
+                    f"{plan.storage_shown}")
+        self._print("best weights: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in tuned.best.named_weights._asdict().items()))
+        for note in result.notes:
+            self._note(note)
+        for note in tuned.snippet_notes:
+            self._print(f"[yellow]note ({SNIPPET}):[/yellow] {note}")
+
+    # ---- test window --------------------------------------------------------------------
+    def held_out(self, prepared: Prepared, held: HeldOutResult) -> None:
+        """The tuned weights against each reference on the test window (per query, then per
+        search), the judged share, the stage funnel; the headline metrics and one child run
+        per arm; the test part of the bundle, the TREC runs and the snippet."""
+        cfg, labels = self.cfg, prepared.labels.source
+        primary = cfg.metrics.primary
+        comparison, summary = held.comparison, held.summary
+        for ref in held.references:
+            what = ("off (MSPR disabled: the context graph alone)" if ref == "off"
+                    else "on-zero (MSPR on, new weights at 0)")
+            part = comparison.filter(pl.col("reference") == ref, pl.col("unit") == "query")
+            self.console.print(comparison_table(
+                part, metric=primary, base_label=ref, arm_label="tuned",
+                group_by=("overall", "intent", "question_type", "seen") if ref == "off"
+                else ("overall", "seen"),
+                title=f"test window: tuned weights against {what}, {primary}, per query "
+                      "(n = distinct questions; seen = asked in the train window too; "
+                      f"* = below min support); labels: {labels}",
+                caption=_family(comparison, ref, "query")))
+        per_search = comparison.filter(pl.col("unit") == "search",
+                                       pl.col("group_by").is_in(["overall", "seen"]))
+        self.console.print(comparison_table(
+            per_search.with_columns(arm=pl.format("tuned vs {}", pl.col("reference"))),
+            metric=primary, base_label="reference", arm_label="tuned",
+            group_by=("overall", "seen"),
+            title=f"test window, per search (weighted by traffic; n = searches; CI: cluster "
+                  f"bootstrap over queries): {primary}, against off and on-zero; labels: "
+                  f"{labels}", caption=_family(comparison, "off", "search")))
+        if judged := self._judged(prepared):
+            shares_ = judged_shares(summary, judged, "query",
+                                    ratio=cfg.metrics.min_judged_ratio)
+            self._print(f"test window, {judged} (judged share of the top "
+                        f"{parse_metric(judged).k}, per query; labels: {labels}): " + ", ".join(
+                            f"{arm} {share:.1%}" + ("" if ok else " (not assessable)")
+                            for arm, (share, ok) in shares_.items()))
+        self.console.print(funnel_table(
+            held.funnel_wide, metric=primary,
+            title=f"stage funnel, test window: the tuned weights beside the references; "
+                  f"labels: {labels}"))
+        self.bundle.frame(held.funnel, TEST_FUNNEL)
+        if self.tracker is not None:
+            headline = summary.filter(pl.col("metric") == primary,
+                                      pl.col("group_by") == "overall", pl.col("unit") == "query")
+            values = {metric_key("headline", r["arm"], primary): r["mean"]
+                      for r in headline.iter_rows(named=True)}
+            for r in comparison.filter(pl.col("metric") == primary,
+                                       pl.col("group_by") == "overall",
+                                       pl.col("unit") == "query").iter_rows(named=True):
+                stem = f"tuned_minus_{r['reference']}"
+                values |= {metric_key("headline", stem, primary): r["delta"],
+                           metric_key("headline", stem, primary, "ci_low"): r["ci_low"],
+                           metric_key("headline", stem, primary, "ci_high"): r["ci_high"]}
+            self.tracker.metrics(values)
+            for name in held.frames:
+                with self.tracker.child(f"test:{name}", tags={"msprlab.arm": name,
+                                                              "msprlab.window": "test"}):
+                    self.tracker.metrics({
+                        **_arm_metrics(summary, name),
+                        **_arm_metrics(held.funnel, name, stem=("funnel",), sizes=False)})
+        self.bundle.frame(comparison, TEST_COMPARISON)
+        self.bundle.frame(summary, TEST_SUMMARY)
+        for name, frame in held.frames.items():
+            self.bundle.frame(frame, per_search_file(TEST, name))
+            self.bundle.text(held.trec_runs[name], trec_run_file(name))
+        self.bundle.json(held.snippet, SNIPPET)
+        self.bundle.frame(held.arms, TEST_ARMS)
+
+    def recovery(self, result: dict[str, Any] | None) -> None:
+        """The recovery of the planted weights (`recovery.planted_recovery`): printed,
+        bundled (`bundle.TEST_RECOVERY`), `recovery/cosine` and both values logged; None
+        (no truth sidecar): nothing."""
+        if result is None:
+            return
+        metric = result["metric"]
+        flat = [name for name, s in result["sensitivity"].items() if s["range"] < 1e-3]
+        self._print(
+            f"recovery of the planted weights (test window, {result['searches']:,} searches): "
+            f"cosine {result['cosine']:.3f} between normalised tuned and planted weights; "
+            f"{metric} planted {result['planted_value']:.4f}, tuned {result['tuned_value']:.4f}"
+            + (f"; flat in {', '.join(flat)} (range < 0.001 over {list(SWEEP)})" if flat
+               else ""))
+        self._print("  sensitivity (test-window range of " + metric + " as one tuned weight "
+                    "sweeps 0..1): " + ", ".join(
+                        f"{k} {s['range']:.4f}" for k, s in result["sensitivity"].items()))
+        self.bundle.json(result, TEST_RECOVERY)
+        if self.tracker is not None:
+            self.tracker.metrics({"recovery/cosine": result["cosine"],
+                                  f"recovery/planted/{metric_key(metric)}":
+                                      result["planted_value"],
+                                  f"recovery/tuned/{metric_key(metric)}": result["tuned_value"]})
+
+    def _judged(self, prepared: Prepared) -> str | None:
+        """The judged@K metric shown beside every arm when the labels are verdicts."""
+        if prepared.labels.source != VERDICT_LABELS:
+            return None
+        return judged_metric(self.cfg.metrics.names)
+
+
+def _arm_metrics(frame: pl.DataFrame, arm: str, *, stem: tuple[str, ...] = (),
+                 sizes: bool = True) -> dict[str, float]:
+    """An arm's means (and, with `sizes`, group sizes) for MLflow, from a long frame as
+    `stats.aggregate` gives it (a summary, or a funnel under `stem` ("funnel",)); one
+    convention for every arm run (ladder, references and test window): `ndcg_at_10`
+    (overall), `ndcg_at_10/intent/FACTUAL`, the group's n as `n/intent/FACTUAL` (per
+    query), per-search figures under `per_search/` (after the stem). A mean that is missing
+    or NaN is not logged (its n is)."""
+    out: dict[str, float] = {}
+    for r in frame.filter(pl.col("arm") == arm).iter_rows(named=True):
+        group = () if r["group_by"] == "overall" else (r["group_by"], str(r["group"]))
+        prefix = stem if r["unit"] == "query" else (*stem, "per_search")
+        if r["mean"] is not None and not math.isnan(r["mean"]):
+            out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
+        if sizes:
+            out[metric_key(*prefix, "n", *group)] = r["n"]
+    return out
+
+
+def _family(comparison: pl.DataFrame, reference: str, unit: str) -> str:
+    """The label of a comparison's multiple-testing family and permutation count."""
+    rows = comparison.filter(pl.col("reference") == reference, pl.col("unit") == unit)
+    if not rows.height:
+        return ""
+    bound = ("; ≤: no random sign flip was as extreme as the data, so the p is at most the "
+             "value shown" if "p_perm_bound" in rows.columns and rows["p_perm_bound"].any()
+             else "")
+    return f"{rows['correction'][0]}; {rows['permutation_test'][0]}{bound}"
