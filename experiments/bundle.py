@@ -158,5 +158,6 @@ def provenance(cfg: ExperimentConfig, prepared: Prepared, command: str,
                    "feedback_policy": first.meta["feedback_policy"],
                    "seeds": first.meta["seeds"], "policy": first.meta["policy"],
                    "limit": first.meta["limit"], "tables": len(prepared.tables),
-                   "from_cache": sum(prepared.from_cache.values())},
+                   "from_cache": sum(prepared.from_cache.values()),
+                   "derived": len(prepared.derived)},
     }

@@ -119,9 +119,11 @@ class Reporter:
         counts = prepared.split.value_counts().sort("split")
         windows = ", ".join(f"{w} {n:,}" for w, n in counts.iter_rows())
         cached = sum(prepared.from_cache.values())
+        derived = (f", {len(prepared.derived)} table(s) derived (success off: its success-on "
+                   "twin's with success 0)" if prepared.derived else "")
         self._print(f"store {prepared.store} ({prepared.dataset.source}, digest "
-                    f"{prepared.dataset.digest[:12]}); {len(prepared.tables)} replay(s), "
-                    f"{cached} from the cache; searches: {windows}")
+                    f"{prepared.dataset.digest[:12]}); {prepared.replayed} replay(s), "
+                    f"{cached} from the cache{derived}; searches: {windows}")
         if note := prepared.labels.note():
             self._print(note)
 

@@ -77,7 +77,9 @@ def provenance_items(record: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         ("seeds", _text(replay.get("seeds"))),
         ("experiment seed", _text(_get(record, "config", "seed"))),
         ("replay tables", _text(replay.get("tables"))
-         + (f" ({replay['from_cache']} from the cache)" if "from_cache" in replay else "")),
+         + (f" ({replay['from_cache']} from the cache)" if "from_cache" in replay else "")
+         + (f"; {replay['derived']} derived from its success-on twin, not replayed"
+            if replay.get("derived") else "")),
         ("started", _text(record.get("started_at"))),
         ("finished", _text(record.get("finished_at"))),
         ("duration", _seconds(record.get("seconds"))),

@@ -352,6 +352,25 @@ def test_seed_top_k_in_the_toml_changes_the_pipelines_candidate_table(
     assert again.table("tuned").candidates.equals(b.candidates)
 
 
+def test_the_success_off_arm_is_derived_from_its_twin_not_replayed(
+        tmp_path: Path, store: Path) -> None:
+    """The ladder's `no-success` shares every column but success with `on-zero`: it is
+    derived, and equals the table a replay of its own gives."""
+    from msprlab.experiments.ablation import side_effects
+    from msprlab.experiments.arms import experiment_arms
+    cfg = load_experiment(definition(tmp_path, "ladder"))
+    configs = experiment_arms(cfg, ablation=True).every()
+    assert "no-success" in configs and "on-zero" in configs
+    prepared = replay_tables(cfg, store, configs)
+    key = prepared.key_of["no-success"]
+    assert prepared.derived == {key: prepared.key_of["on-zero"]}
+    assert key not in prepared.from_cache and prepared.replayed == len(prepared.tables) - 1
+    alone = replay_tables(cfg, store, {"no-success": side_effects(cfg.engine)["no-success"]})
+    assert not alone.derived  # no twin among them: replayed
+    assert prepared.table("no-success").candidates.equals(alone.table("no-success").candidates)
+    assert prepared.table("no-success").searches.equals(alone.table("no-success").searches)
+
+
 REFUSED = [
     ("[engine.context_graph.edges]\ntopic_top_k = 3\n", "context_graph.edges.topic_top_k"),
     ("[engine.context_graph.edges]\nenable_reply_to = false\n",

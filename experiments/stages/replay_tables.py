@@ -1,9 +1,10 @@
 """Replay an experiment's store: one candidate table per table key, the labels every table
 is scored against (the store's qrels or its feedback verdicts) and the time split.
 
-`replay_tables` replays the store once per distinct table key (cached beside the store);
-everything reported is measured on the test window of the split, tuning sees only the
-train window.
+`replay_tables` replays the store once per distinct table key (cached beside the store),
+except a table with success off whose success-on twin is replayed too: it is derived from
+the twin's (`replay.derive_table`). Everything reported is measured on the test window of
+the split, tuning sees only the train window.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from msprlab.engine.roles import RolePolicy, policy_from_name
 
 from ..errors import ExperimentError
 from ..experiment_config import ExperimentConfig
-from ..replay import CandidateTable, cached_replay, table_key
+from ..replay import CandidateTable, cached_replay, derive_table, success_twin, table_key
 from ..splits import split_searches
 from .prepare import Stage, quiet
 
@@ -106,6 +107,11 @@ class Prepared:
     split: pl.Series                           # per search: train / gap / test
     from_cache: dict[str, bool] = field(default_factory=dict)
     labels: Labels = field(default_factory=lambda: Labels(LABEL_SOURCE))
+    derived: dict[str, str] = field(default_factory=dict)  # key hash -> its twin's, not replayed
+
+    @property
+    def replayed(self) -> int:
+        return len(self.tables) - len(self.derived)
 
     def table(self, name: str) -> CandidateTable:
         return self.tables[self.key_of[name]]
@@ -115,36 +121,50 @@ def _policy(cfg: ExperimentConfig) -> RolePolicy | None:
     return policy_from_name(cfg.replay.policy)
 
 
+def _key(config: EngineConfig, frequency: Any, has_policy: bool) -> str:
+    spec = table_key(config, frequency, has_policy=has_policy)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()
+                          ).hexdigest()[:16]
+
+
 def replay_tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, EngineConfig],
-           progress: Stage = quiet) -> Prepared:
-    """Replay the store once per distinct table key of `configs` (cached beside the store)."""
+                  progress: Stage = quiet) -> Prepared:
+    """Replay the store once per distinct table key of `configs` (cached beside the store);
+    a key with success off whose success-on twin is among them is derived from it."""
     from msprlab.datasets.store import load_dataset
     dataset, labels, questions = _labelled(cfg, load_dataset(store))
     frequency: Any = cfg.replay.frequency
     limit = cfg.replay.limit or None
+    has_policy = _policy(cfg) is not None
     keys: dict[str, str] = {}
     representative: dict[str, EngineConfig] = {}
     for name, config in configs.items():
-        spec = table_key(config, frequency, has_policy=_policy(cfg) is not None)
-        key = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()
-                             ).hexdigest()[:16]
-        keys[name] = key
+        keys[name] = key = _key(config, frequency, has_policy)
         representative.setdefault(key, config)
-    out: dict[str, CandidateTable] = {}
+    derived: dict[str, str] = {}
+    for key, config in representative.items():
+        twin = success_twin(config, frequency)
+        if twin is not None and (twin_key := _key(twin, frequency, has_policy)) in representative:
+            derived[key] = twin_key
+    replayed: dict[str, CandidateTable] = {}
     cached: dict[str, bool] = {}
-    for i, (key, config) in enumerate(representative.items()):
-        label = f"replay {i + 1}/{len(representative)}"
-        out[key], cached[key] = cached_replay(
+    to_replay = [(key, config) for key, config in representative.items() if key not in derived]
+    for i, (key, config) in enumerate(to_replay):
+        label = f"replay {i + 1}/{len(to_replay)}"
+        replayed[key], cached[key] = cached_replay(
             dataset, config, store.with_name(store.name + ".cache"), frequency=frequency,
             limit=limit, policy=_policy(cfg),
             progress=lambda done, total, label=label: progress(label, done, total))
-        out[key] = _with_questions(out[key], questions)
+        replayed[key] = _with_questions(replayed[key], questions)
+    out = {key: replayed[key] if key not in derived else derive_table(
+        replayed[derived[key]], config, frequency, has_policy=has_policy)
+        for key, config in representative.items()}
     first = next(iter(out.values()))
     for key, table in out.items():
         if table.searches["event_id"].to_list() != first.searches["event_id"].to_list():
             raise AssertionError(f"replay {key}: evaluated searches differ between tables")
     split = split_searches(first.searches, cfg.split.spec())
-    return Prepared(dataset, store, out, keys, split, cached, labels)
+    return Prepared(dataset, store, out, keys, split, cached, labels, derived)
 
 
 def window_table(prepared: Prepared, name: str, window: str) -> CandidateTable:
