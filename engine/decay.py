@@ -33,6 +33,14 @@ targets). No value depends on the order:
   0.8·(±0.0) + 0.2·recency is the same double either way (recency = e^x is never -0.0);
   NaN never passes the `>= min_edge_weight` filter.
 
+Between ticks the graph keeps each node's largest live weight (`_NodeBest`,
+`ContextGraph.decay_memo`), so a tick finds it again only for the nodes with an edge row the
+memo cannot vouch for; for the others it is the memo's value times the tick's factor, the
+same double (`_tick_rows`). Every write to an edge row outside a tick is noted in the edge
+columns (`EdgeColumns.touch`: added, overwritten, removed, a weight or time set in place),
+and its two ends are recomputed; a compaction, a tick by the loop or another live line
+drops the memo. The random-graph tests tick through such changes against the loop.
+
 The one order that reaches the graph is that of the removals. The dicts end the same in
 any order (deleting keys leaves the others in insertion order), but the point where the
 rows are compacted follows it, and so do which rows are holes until the next compaction
@@ -57,7 +65,9 @@ import numpy as np
 from .config import DecayConfig
 from .graph import (
     STICKY_EDGE_TYPES,
+    BoolArray,
     ContextGraph,
+    FloatArray,
     MemoryEdge,
     PositionArray,
 )
@@ -83,7 +93,12 @@ def tick_decay(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> DecayRep
     lam = math.log(2.0) / (cfg.half_life_days * 24.0)
     plan = (None if graph.node_columns.exotic or graph.edge_columns.exotic
             else _plan_columns(graph, cfg, now, lam))
-    report = _tick_one_by_one(graph, cfg, now, lam) if plan is None else plan.apply(graph, now)
+    if plan is None:
+        graph.decay_memo = None      # the loop keeps no memo
+        report = _tick_one_by_one(graph, cfg, now, lam)
+    else:
+        report = plan.apply(graph, now)
+    graph.edge_columns.untouch()     # every change so far is in the memo (or none is kept)
     graph.last_decay_tick = now
     graph.decayed(plan.archive if plan is not None
                   else None if report.archived else [])
@@ -130,6 +145,21 @@ _EXACT_INT = 1 << 53  # below this an int64 -> float64 conversion is exact
 
 
 @dataclass(slots=True)
+class _NodeBest:
+    """What a tick with a node pass leaves for the next (`ContextGraph.decay_memo`): each
+    node's largest live edge weight (`best`, by position; `live` False: none) after the
+    tick at `stamp_us`, with `min_edge` as the live line. The next tick recomputes it only
+    for the nodes with an edge row it cannot vouch for (`_tick_rows`), instead of a random
+    write per edge end into `best` for every row, which was most of a tick's time on a
+    graph larger than the CPU caches."""
+
+    stamp_us: int
+    min_edge: float
+    best: FloatArray
+    live: BoolArray
+
+
+@dataclass(slots=True)
 class _ColumnPlan:
     """A tick computed on copies of the columns (engine/records.py), not yet written."""
 
@@ -140,6 +170,8 @@ class _ColumnPlan:
     pruned: list[MemoryEdge]    # in row order (see "Order" above)
     relevance: array[float]     # the node relevance column after the tick
     archive: list[int]          # node positions archived
+    memo: _NodeBest | None      # for the next tick (None: no node pass)
+    recomputed: int             # nodes whose largest weight came from their rows
 
     def apply(self, graph: ContextGraph, now: datetime) -> DecayReport:
         edges, nodes = graph.edge_columns, graph.node_columns
@@ -165,6 +197,7 @@ class _ColumnPlan:
         nodes.relevance = self.relevance
         for position in self.archive:
             nodes.put_archived(position, True)
+        graph.decay_memo = self.memo
         return DecayReport(int(self.changed.size), len(self.pruned), len(self.archive))
 
 
@@ -172,41 +205,47 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                node_pass: bool, alive: bytearray, sticky: array[int], src: array[int],
                dst: array[int], weight: array[float], updated_us: array[int],
                anchor_us: array[int], floor: array[float], archived: bytearray,
-               relevance: array[float]) -> tuple[bool, PositionArray, PositionArray,
-                                                 PositionArray, PositionArray]:
+               relevance: array[float], prev_us: int, known: BoolArray, best: FloatArray,
+               live: BoolArray) -> tuple[bool, PositionArray, PositionArray, PositionArray,
+                                         PositionArray, int]:
     """`_tick_one_by_one` on the columns, compiled by numba (`_kernel`): the edge rows
     (`ContextGraph.edge_rows`: alive, sticky, src, dst; holes skipped) in row order, then
     every node position. Writes the edge pass into `weight` and `updated_us` (by row) and
     the node pass into `relevance`, all copies; returns (False, ...) for a span past 2^53
     µs (then the loop ticks), else (True, changed rows, the other live rows, pruned rows,
-    archived positions). Every e^x argument is -λ·Δh <= 0 (or NaN): no overflow, where
-    math.exp would raise."""
+    archived positions, nodes whose largest weight was found from their rows). Every e^x
+    argument is -λ·Δh <= 0 (or NaN): no overflow, where math.exp would raise.
+
+    The node pass needs each node's largest live weight after the edge pass. `best` and
+    `live` come in holding it after the tick at `prev_us` for the positions `known` marks
+    (`_NodeBest`), and leave holding it after this one. A known node whose every edge row
+    is regular (stamped at `prev_us` and again now, with the same Δ, so the same factor f)
+    takes best·f: a rounded product is monotone in its operand, so the largest of the
+    products w·f is the product of the largest w, the same double. Any other row (sticky,
+    not aging, not stamped, pruned, stamped at another time) marks its two ends unknown,
+    and the unknown nodes get theirs from a pass over the rows, as `max(live)` does."""
     n_rows = len(alive)
+    n_nodes = len(archived)
     changed = np.empty(n_rows, np.intp)
     others = np.empty(n_rows, np.intp)
     pruned = np.empty(n_rows, np.intp)
-    archive = np.empty(len(archived), np.intp)
+    archive = np.empty(n_nodes, np.intp)
     n_changed = n_others = n_pruned = n_archive = 0
-    # The node pass's largest live weight of each node, taken as the edge pass goes (a
-    # row's weight after the tick reads only that row, so it is final once its row is
-    # done). The values are compared, never summed, so any order gives them (see "Order"
-    # above). From -inf, max gives the first live weight and then any greater one, as
-    # max(live) does; written as stores, not branches, which random weights mispredict.
-    best = np.full(len(archived) if node_pass else 0, -np.inf)
-    live = np.zeros(len(archived) if node_pass else 0, np.bool_)
     # Rows stamped by one tick share their time: Δh and e^x again only when Δ changes
     # (the same Δ gives the same doubles). Δ = 0 (Δh = 0: skipped) fills the memo.
     last, aging, factor = 0, False, 1.0
+    regular_delta = now_us - prev_us
+    regular_factor = 1.0   # e^x at the regular Δ: the one the rows stamped at prev_us take
     for row in range(n_rows):
         if not alive[row]:
             continue
         stamp = False
-        kept = True
+        regular = False
         if not sticky[row]:
             delta = now_us - updated_us[row]
             if delta != last:
                 if abs(delta) >= _EXACT_INT:
-                    return False, changed[:0], others[:0], pruned[:0], archive[:0]
+                    return False, changed[:0], others[:0], pruned[:0], archive[:0], 0
                 hours = float(delta) / 1e6 / 3600.0     # _hours: total_seconds() / 3600.0
                 hours = hours if hours > 0.0 else 0.0   # max(0.0, hours)
                 last, aging, factor = delta, hours != 0.0, math.exp(neg_lam * hours)
@@ -214,35 +253,61 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                 old = weight[row]
                 new = old * factor
                 if new < min_edge:
-                    kept = False
                     pruned[n_pruned] = row
                     n_pruned += 1
                 elif abs(new - old) > 1e-6:
                     weight[row] = new
                     updated_us[row] = now_us
                     stamp = True
+                    if delta == regular_delta:
+                        regular, regular_factor = True, factor
         if stamp:
             changed[n_changed] = row
             n_changed += 1
         else:
             others[n_others] = row
             n_others += 1
-        w = weight[row]
-        if node_pass and kept and w >= min_edge:
-            a, b = src[row], dst[row]
-            best[a] = max(best[a], w)
-            live[a] = True
-            best[b] = max(best[b], w)
-            live[b] = True
+        if node_pass and not regular:
+            known[src[row]] = False
+            known[dst[row]] = False
+    n_found = 0
     if node_pass:
+        for p in range(n_nodes):
+            if not known[p]:
+                best[p] = -np.inf
+                live[p] = False
+                n_found += 1
+            elif live[p]:
+                best[p] = best[p] * regular_factor
+        if n_found:
+            # From -inf, max gives the first live weight and then any greater one, as
+            # max(live) does. The pruned rows are in row order: skipped as they come.
+            j = 0
+            for row in range(n_rows):
+                if not alive[row]:
+                    continue
+                if j < n_pruned and pruned[j] == row:
+                    j += 1
+                    continue
+                a, b = src[row], dst[row]
+                if known[a] and known[b]:
+                    continue
+                w = weight[row]
+                if w >= min_edge:
+                    if not known[a]:
+                        best[a] = max(best[a], w)
+                        live[a] = True
+                    if not known[b]:
+                        best[b] = max(best[b], w)
+                        live[b] = True
         last, recency = 0, math.exp(neg_lam * 0.0)          # the memo again, at Δ = 0
-        for p in range(len(archived)):
+        for p in range(n_nodes):
             if archived[p]:
                 continue
             delta = now_us - anchor_us[p]
             if delta != last:
                 if abs(delta) >= _EXACT_INT:
-                    return False, changed[:0], others[:0], pruned[:0], archive[:0]
+                    return False, changed[:0], others[:0], pruned[:0], archive[:0], 0
                 hours = float(delta) / 1e6 / 3600.0
                 hours = hours if hours > 0.0 else 0.0
                 last, recency = delta, math.exp(neg_lam * hours)
@@ -255,12 +320,12 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                 archive[n_archive] = p
                 n_archive += 1
     return (True, changed[:n_changed], others[:n_others], pruned[:n_pruned],
-            archive[:n_archive])
+            archive[:n_archive], n_found)
 
 
 @cache
 def _kernel() -> Callable[..., tuple[bool, PositionArray, PositionArray, PositionArray,
-                                      PositionArray]]:
+                                      PositionArray, int]]:
     return exact_njit(_tick_rows)
 
 
@@ -281,16 +346,48 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     weight = cast("array[float]", edges.weight)[:]
     updated_us = edges.updated_us[:]
     relevance = cast("array[float]", nodes.relevance)[:]
-    ok, changed, others, pruned, archive = _kernel()(
-        now_us, -lam, float(cfg.min_edge_weight), float(cfg.min_node_relevance),
-        cfg.min_node_relevance > 0, rows.alive, rows.sticky, rows.src, rows.dst, weight,
-        updated_us, nodes.anchor_us, nodes.floor, nodes.archived_flags, relevance)
+    min_edge = float(cfg.min_edge_weight)
+    node_pass = cfg.min_node_relevance > 0
+    prev_us, known, best, live = _known_best(graph, min_edge, node_pass)
+    ok, changed, others, pruned, archive, recomputed = _kernel()(
+        now_us, -lam, min_edge, float(cfg.min_node_relevance), node_pass, rows.alive,
+        rows.sticky, rows.src, rows.dst, weight, updated_us, nodes.anchor_us, nodes.floor,
+        nodes.archived_flags, relevance, prev_us, known, best, live)
     if not ok:
         return None
     return _ColumnPlan(changed=changed, others=others, weight=weight, updated_us=updated_us,
                        pruned=cast(list[MemoryEdge],
                                    list(map(rows.edges.__getitem__, pruned.tolist()))),
-                       relevance=relevance, archive=archive.tolist())
+                       relevance=relevance, archive=archive.tolist(),
+                       memo=_NodeBest(now_us, min_edge, best, live) if node_pass else None,
+                       recomputed=int(recomputed))
+
+
+def _known_best(graph: ContextGraph, min_edge: float, node_pass: bool
+                ) -> tuple[int, BoolArray, FloatArray, BoolArray]:
+    """The last tick's `_NodeBest` as the kernel takes it: its time, which positions it
+    still vouches for (none when it is missing, for another live line, or the rows
+    written since are not all known; not the ends of a row written since; not a position
+    added since), and copies of `best` and `live`."""
+    n = len(graph.node_columns.archived_flags) if node_pass else 0
+    known = np.zeros(n, np.bool_)
+    best = np.full(n, -np.inf)
+    live = np.zeros(n, np.bool_)
+    memo = graph.decay_memo
+    edges = graph.edge_columns
+    if (not node_pass or not isinstance(memo, _NodeBest) or edges.touched_lost
+            or memo.min_edge != min_edge):
+        return 0, known, best, live
+    held = memo.best.size
+    known[:held] = True
+    best[:held] = memo.best
+    live[:held] = memo.live
+    if edges.touched:
+        touched = np.frombuffer(edges.touched, np.int64)
+        rows = graph.edge_rows()
+        known[np.frombuffer(rows.src, np.int64)[touched]] = False
+        known[np.frombuffer(rows.dst, np.int64)[touched]] = False
+    return memo.stamp_us, known, best, live
 
 
 def maybe_tick_decay(graph: ContextGraph, cfg: DecayConfig, now: datetime) -> DecayReport | None:

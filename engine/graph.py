@@ -159,6 +159,7 @@ class ContextGraph:
         self._pred: _Adjacency = {}
         self.embeddings: dict[str, Embedding] = ChangeLog()  # logs what changed
         self.last_decay_tick: datetime | None = None
+        self.decay_memo: object | None = None  # what a decay tick keeps for the next one
         self.version = 0
         self._peak: int | None = None
         self._adjacent: dict[str, Adjacent] = {}
@@ -331,6 +332,7 @@ class ContextGraph:
         rows, alive, row_src, row_dst = self._rows, self._alive, self._row_src, self._row_dst
         row_sticky = self._row_sticky
         col_weight, col_updated, col_us = cols.weight, cols.updated_at, cols.updated_us
+        touch = cols.touch
         make = MemoryEdge.in_columns
         for s, d, kind, w, made, stamped, e in zip(
                 src, dst, types, weights, created_at, updated_at,
@@ -354,6 +356,7 @@ class ContextGraph:
             col_weight.append(w)
             col_updated.append(stamped)
             col_us.append(us)
+            touch(row)
             targets[d] = edge if pair is None else _with(pair, edge)
             sources = pred[d]
             sources[s] = _with(sources.get(s), edge)
@@ -416,6 +419,7 @@ class ContextGraph:
                     del targets[dst]
                     del sources[src]
                 index.unlink(position[src], position[dst], row)
+                self.edge_columns.touch(row)
                 rows[row] = None
                 alive[row] = 0
                 removed += 1

@@ -229,13 +229,34 @@ class EdgeColumns:
     """The decaying attributes of edges, by row (`ContextGraph`'s edge rows); weight is an
     `array('d')` until a value that is not a float arrives (then a list, and `exotic`)."""
 
-    __slots__ = ("exotic", "updated_at", "updated_us", "weight")
+    __slots__ = ("exotic", "touched", "touched_lost", "updated_at", "updated_us", "weight")
 
     def __init__(self) -> None:
         self.weight: MutableSequence[Any] = array("d")
         self.updated_at: list[Any] = []
         self.updated_us = array("q")   # 0 if exotic
         self.exotic = False
+        # The rows written since the last decay tick (an edge added, overwritten, removed, a
+        # weight or time set), which the tick's memo of each node's largest weight cannot
+        # vouch for (engine/decay.py); `touched_lost`: they are not all known.
+        self.touched: array[int] | None = array("q")
+        self.touched_lost = False
+
+    def touch(self, row: int) -> None:
+        """Note that row `row` changed outside a decay tick."""
+        touched = self.touched
+        if touched is None:
+            return
+        if len(touched) <= 2 * len(self.updated_us):  # a new row is noted twice
+            touched.append(row)
+        else:                       # more notes than rows: as good as all of them
+            self.touched_lost = True
+
+    def untouch(self) -> None:
+        """A decay tick has accounted for every change so far."""
+        if self.touched is not None:
+            del self.touched[:]
+        self.touched_lost = False
 
     def append(self, weight: Any, updated_at: Any) -> int:
         row = len(self.updated_at)
@@ -251,6 +272,7 @@ class EdgeColumns:
             self.exotic = True
             self.weight = list(self.weight)
         self.weight[row] = value
+        self.touch(row)
 
     def put_updated_at(self, row: int, value: Any) -> None:
         self.updated_at[row] = value
@@ -259,6 +281,7 @@ class EdgeColumns:
             self.exotic = True
             us = 0
         self.updated_us[row] = us
+        self.touch(row)
 
     def keep(self, alive: bytes | bytearray) -> None:
         """Keep the rows whose byte in `alive` is not 0, in order (compaction after
@@ -267,10 +290,13 @@ class EdgeColumns:
         self.weight = weight if self.exotic else array("d", weight)
         self.updated_at = list(compress(self.updated_at, alive))
         self.updated_us = array("q", compress(self.updated_us, alive))
+        self.touched_lost = True    # the noted rows are renumbered
 
 
 class _LooseEdge(EdgeColumns):
     """One row of an edge that is in no graph: lists, and no checks until it is bound."""
+
+    touched: array[int] | None = None   # no decay tick reads these rows
 
     def __init__(self, weight: Any, updated_at: Any) -> None:
         self.weight = [weight]

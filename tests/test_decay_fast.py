@@ -175,8 +175,10 @@ def random_change(rng: random.Random, graph: ContextGraph, ids: list[str], now: 
         e = rng.choice(edges)                           # overwrite an existing key
         graph.upsert_edge(MemoryEdge(src=e.src, dst=e.dst, type=e.type,
                                      weight=random_weight(rng), created_at=now, updated_at=now))
-    elif r < 0.9 and edges:
+    elif r < 0.85 and edges:
         rng.choice(edges).updated_at = now - timedelta(hours=rng.uniform(0, 500))
+    elif r < 0.9 and edges:
+        rng.choice(edges).weight = random_weight(rng)   # a weight set in place
     else:
         new_id = f"n{len(graph.nodes)}"
         ids.append(new_id)
@@ -201,12 +203,55 @@ def test_random_graphs_tick_like_the_loop(seed: int, monkeypatch: pytest.MonkeyP
     now = T
     graph, ids = random_graph(rng, now)
     cfg = CONFIGS[seed % len(CONFIGS)]
-    for _ in range(6):
-        now += timedelta(hours=rng.choice([0.0, 1.0, 1.5, 24.0, 2000.0]),
-                         microseconds=rng.randrange(0, 10))
+    for _ in range(10):
+        now += timedelta(hours=rng.choice([0.0, 1.0, 1.0, 1.5, 24.0, 2000.0]),
+                         microseconds=rng.choice([0, 0, rng.randrange(1, 10)]))
         tick_both(graph, cfg, now)
-        for _ in range(rng.randrange(0, 8)):
+        for _ in range(rng.choice([0, 0, rng.randrange(1, 8)])):
             random_change(rng, graph, ids, now)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_memo_of_each_nodes_largest_weight_ticks_like_the_loop(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hourly ticks with and without changes between them: the nodes the memo vouches for
+    take their largest weight times the tick's factor, the others are recomputed from their
+    rows, and every tick matches the loop. Some tick must have used the memo (else this
+    test would not test it)."""
+    monkeypatch.setattr(decay, "_tick_one_by_one", loop_forbidden)
+    recomputed: list[tuple[int, int]] = []
+    apply = decay._ColumnPlan.apply
+
+    def noting(plan: Any, graph: ContextGraph, now: datetime) -> DecayReport:
+        recomputed.append((plan.recomputed, len(graph.nodes)))
+        return apply(plan, graph, now)
+    monkeypatch.setattr(decay._ColumnPlan, "apply", noting)
+    rng = random.Random(1000 + seed)
+    now = T
+    graph, ids = random_graph(rng, now)
+    for edge in list(graph.edges()):                  # a few of the odd edges stay
+        if rng.random() < 0.8:
+            graph.remove_edge(edge)
+    decaying = [t for t in TYPES if t not in STICKY_EDGE_TYPES]
+    for _ in range(rng.randrange(len(ids), 4 * len(ids))):  # stamped together, as a load is
+        graph.upsert_edge(MemoryEdge(src=rng.choice(ids), dst=rng.choice(ids),
+                                     type=rng.choice(decaying), weight=rng.uniform(0.2, 1.0),
+                                     created_at=now, updated_at=now))
+    cfg = DecayConfig(half_life_days=rng.choice([1.0, 30.0, 3650.0]),
+                      min_edge_weight=rng.choice([0.05, 0.3]))
+    for _ in range(12):
+        now += timedelta(hours=1.0)
+        tick_both(graph, cfg, now)
+        if rng.random() < 0.4:
+            for _ in range(rng.randrange(1, 4)):
+                random_change(rng, graph, ids, now)
+        if rng.random() < 0.3:                        # a bulk load at the tick's own time
+            n = rng.randrange(1, 4)
+            graph.upsert_edges([rng.choice(ids) for _ in range(n)],
+                               [rng.choice(ids) for _ in range(n)],
+                               [rng.choice(decaying) for _ in range(n)],
+                               [rng.uniform(0.5, 1.0) for _ in range(n)], [now] * n, [now] * n)
+    assert any(found < nodes for found, nodes in recomputed[1:])
 
 
 def test_a_tick_that_prunes_past_the_compaction_point(monkeypatch: pytest.MonkeyPatch) -> None:
