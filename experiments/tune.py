@@ -919,6 +919,11 @@ class _SharedRDB(RDBStorage):
     that never beat (their worker died between creating them and its first beat) failed
     too once `grace` old.
 
+    A stale trial's FAIL and the queueing of its retry are one step under the study's lock
+    (`_fail_stale`). Optuna fails the stale trials first and queues their retries after
+    (`fail_stale_trials`), and a fresh trial created between the two took the retry's slot:
+    likely, not rare, when the dead worker's trial was the last one the others waited for.
+
     PostgreSQL connections give up connecting after 10 s and end a transaction left idle
     for over a minute (a host that vanished mid-transaction, without closing its socket,
     cannot hold a lock for longer)."""
@@ -929,6 +934,8 @@ class _SharedRDB(RDBStorage):
 
         self.target = target
         self._names: dict[int, str] = {}
+        self._stale: set[int] = set()  # listed as stale, to be failed with their retry
+        self._held = threading.local()  # the study locks this thread holds (`locked`)
         kwargs: dict[str, Any] = {}
         if url.lower().startswith("postgresql"):
             idle = max(60, 2 * heartbeat[1])
@@ -950,10 +957,26 @@ class _SharedRDB(RDBStorage):
                                          max_retry=MAX_RETRIES)))
         finally:
             engine.dispose()
+        # `_fail_stale` queues the retries (Optuna's callback, run by it): none is left for
+        # `fail_stale_trials` to run after the FAILs.
+        self._retry = self.heartbeat_stale_trial_callback
+        self.heartbeat_stale_trial_callback = self.failed_trial_callback = None
 
-    def locked(self, study_name: str) -> Any:
-        """The study's lock (a context manager), held by one process at a time."""
-        return _database_lock(self.engine, study_name)
+    @contextmanager
+    def locked(self, study_name: str) -> Iterator[None]:
+        """The study's lock, held by one process at a time, and entered again freely by the
+        thread holding it (a setup fails stale trials, and so queues retries, under it: a
+        second database lock from another connection would wait for itself)."""
+        held: set[str] = self._held.__dict__.setdefault("names", set())
+        if study_name in held:
+            yield
+            return
+        with _database_lock(self.engine, study_name):
+            held.add(study_name)
+            try:
+                yield
+            finally:
+                held.discard(study_name)
 
     def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None
                           ) -> FrozenTrial:
@@ -966,6 +989,9 @@ class _SharedRDB(RDBStorage):
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
+        if state == TrialState.FAIL and trial_id in self._stale:
+            self._stale.discard(trial_id)
+            return self._fail_stale(trial_id)
         if state != TrialState.RUNNING or self.target is None:
             return super().set_trial_state_values(trial_id, state, values)
         study_id = self._study_of(trial_id)
@@ -976,16 +1002,33 @@ class _SharedRDB(RDBStorage):
             # Another worker may have started this queued trial since this one listed it
             # (its start is what fills the target): then it is that worker's, to be left
             # alone. Only a trial still WAITING, checked under the study's lock (every start
-            # takes it), is dropped: a fresh trial slipped in between a stale trial's FAIL
-            # and its retry being queued, and the study reaches N without this retry, which
-            # is marked, not left WAITING for ever.
-            with self.locked(self._names[study_id]):
+            # takes it), is dropped: the study reached N without it (queued before this
+            # process's target, say, by a run asking for more trials), and it is marked,
+            # not left WAITING for ever.
+            with self.locked(self._name(study_id)):
                 if self.get_trial(trial_id).state != TrialState.WAITING:
                     return False
                 self.set_trial_system_attr(trial_id, DROPPED_ATTR,
                                            "the study reached its target")
                 super().set_trial_state_values(trial_id, TrialState.FAIL)
             raise
+
+    def _fail_stale(self, trial_id: int) -> bool:
+        """Fail a stale trial and queue its retry (Optuna's `RetryHeartbeatStaleTrialCallback`,
+        up to its retries) under the study's lock, which every start takes: a WAITING retry
+        holds its slot (`_create_new_trial`), so no fresh trial can take it in between."""
+        study_id = self._study_of(trial_id)
+        with self.locked(self._name(study_id)):
+            if not super().set_trial_state_values(trial_id, TrialState.FAIL):
+                return False
+            if self._retry is not None:
+                self._retry(_Queue(self, study_id), self.get_trial(trial_id))
+        return True
+
+    def _name(self, study_id: int) -> str:
+        if study_id not in self._names:
+            self._names[study_id] = self.get_study_name_from_id(study_id)
+        return self._names[study_id]
 
     def _study_of(self, trial_id: int) -> int:
         import sqlalchemy
@@ -1002,9 +1045,7 @@ class _SharedRDB(RDBStorage):
         and RUNNING trials (and, with `queued_hold`, the WAITING ones) number fewer than
         the target; else `_TargetReached`."""
         assert self.target is not None
-        if study_id not in self._names:
-            self._names[study_id] = self.get_study_name_from_id(study_id)
-        with self.locked(self._names[study_id]):
+        with self.locked(self._name(study_id)):
             counts = self._states(study_id)
             counted = sum(counts.get(state, 0) for state in _COUNTED)
             running = counts.get(TrialState.RUNNING, 0) + (
@@ -1042,9 +1083,23 @@ class _SharedRDB(RDBStorage):
                      [t._trial_id for t in running])))
         with self.engine.connect() as connection:
             beating = set(connection.execute(query).scalars())
-        return stale + [t._trial_id for t in running
-                        if t._trial_id not in beating and t._trial_id not in stale
-                        and t.datetime_start is not None and t.datetime_start < cutoff]
+        found = stale + [t._trial_id for t in running
+                         if t._trial_id not in beating and t._trial_id not in stale
+                         and t.datetime_start is not None and t.datetime_start < cutoff]
+        self._stale.update(found)
+        return found
+
+
+@dataclass(frozen=True)
+class _Queue:
+    """What Optuna's retry callback needs of a study, `add_trial`: the retry goes straight
+    into the storage, inside `_SharedRDB._fail_stale`'s lock."""
+
+    storage: _SharedRDB
+    study_id: int
+
+    def add_trial(self, trial: FrozenTrial) -> None:
+        self.storage.create_new_trial(self.study_id, template_trial=trial)
 
 
 @contextmanager

@@ -274,3 +274,67 @@ def test_a_queued_trial_another_worker_started_is_left_to_it(tmp_path: Path) -> 
     assert not second.set_trial_state_values(queued._trial_id, TrialState.RUNNING)
     trial = first.get_trial(queued._trial_id)
     assert trial.state == TrialState.RUNNING and DROPPED_ATTR not in trial.system_attrs
+
+
+def test_a_stale_trials_retry_is_queued_with_its_fail(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another worker starting a fresh trial right after the stale trial's FAIL finds the
+    retry already queued and the target held: the retry keeps the dead worker's slot. (With
+    Optuna's order, FAIL first and the retry after, the fresh trial took the slot and the
+    retry was dropped: 2 of 4 two-process PostgreSQL runs.)"""
+    from msprlab.experiments.tune import _SharedRDB, _TargetReached
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    dying, other = (_SharedRDB(url, target=2, heartbeat=(1, 1)) for _ in range(2))
+    study = optuna.create_study(study_name="s", storage=dying)
+    study.add_trial(optuna.trial.create_trial(params={"x": 0.5}, value=0.0, distributions={
+        "x": optuna.distributions.FloatDistribution(0.0, 1.0)}))
+    study_id = dying.get_study_id_from_name("s")
+    stale = dying.create_new_trial(study_id)          # its worker dies before any beat
+    dying.set_trial_param(stale, "x", 0.25, optuna.distributions.FloatDistribution(0.0, 1.0))
+    time.sleep(1.2)                                   # older than the 1 s grace
+    fresh: list[object] = []
+    fail = dying.set_trial_state_values
+
+    def then_a_fresh_trial(trial_id: int, state: TrialState, values: object = None) -> bool:
+        done = fail(trial_id, state, values)  # type: ignore[arg-type]
+        if state == TrialState.FAIL:
+            try:
+                fresh.append(other.create_new_trial(study_id))
+            except _TargetReached as exc:
+                fresh.append(exc)
+        return done
+    monkeypatch.setattr(dying, "set_trial_state_values", then_a_fresh_trial)
+    optuna.storages.fail_stale_trials(study)
+    assert len(fresh) == 1 and isinstance(fresh[0], _TargetReached)
+    trials = dying.get_all_trials(study_id)
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
+    retry = trials[2]
+    assert retry.params == {"x": 0.25} and retry.system_attrs["failed_trial"] == 1
+    assert retry.system_attrs["retry_history"] == [1]
+
+
+def test_stale_trials_are_failed_under_the_setup_lock(tmp_path: Path) -> None:
+    """A process's setup holds the study's lock while it fails stale trials, whose retries
+    are queued under the same lock: entered again by the thread that holds it, not waited
+    for (a second lock from another connection waited for itself until PostgreSQL ended
+    the idle transaction)."""
+    import threading
+
+    from msprlab.experiments.tune import _SharedRDB
+
+    storage = _SharedRDB(f"sqlite:///{tmp_path / 'study.db'}", target=3, heartbeat=(1, 1))
+    study = optuna.create_study(study_name="s", storage=storage)
+    study_id = storage.get_study_id_from_name("s")
+    storage.create_new_trial(study_id)                # a worker dies before any beat
+    time.sleep(1.2)
+    done = threading.Event()
+
+    def setup() -> None:
+        with storage.locked("s"):
+            optuna.storages.fail_stale_trials(study)
+        done.set()
+    threading.Thread(target=setup, daemon=True).start()
+    assert done.wait(timeout=30), "failing stale trials under the setup lock hung"
+    assert [t.state for t in storage.get_all_trials(study_id)] == [TrialState.FAIL,
+                                                                   TrialState.WAITING]
