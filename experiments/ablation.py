@@ -33,7 +33,7 @@ from .errors import ExperimentError
 from .scoring import Arm, arm_of
 
 __all__ = ["BLOCKS", "NEEDS", "REFERENCES", "AblationResult", "ladder", "ladder_arms",
-           "side_effects", "switches"]
+           "side_effects", "switches", "zero_new_weights"]
 
 # The state switch an arm's signal needs: without it the signal has nothing to read.
 NEEDS = {"personal": "feedback", "success": "success", "frequency": "frequency"}
@@ -43,7 +43,8 @@ REFERENCES = ("off", "on-zero")
 BLOCKS = ("feedback", "success", "frequency")
 
 
-def _zero(engine: EngineConfig) -> EngineConfig:
+def zero_new_weights(engine: EngineConfig) -> EngineConfig:
+    """`engine` with the three MSPR weights (δ, ε, ζ) at 0 and its switches as they are."""
     return replace(engine, retrieval=replace(
         engine.retrieval, delta_personal=0.0, epsilon_frequency=0.0, zeta_success=0.0))
 
@@ -60,7 +61,7 @@ def ladder(engine: EngineConfig, arms: Sequence[str],
         if arm in arms and not getattr(mspr, switch).enabled:
             raise ExperimentError(f"ablation: the {arm!r} arm needs mspr.{switch}.enabled in "
                                   "the engine config (its signal reads that state)")
-    zero = _zero(engine)
+    zero = zero_new_weights(engine)
     off = replace(zero, mspr=replace(mspr, enabled=False,
                                      intent=replace(mspr.intent, enabled=False),
                                      role=replace(mspr.role, enabled=False)))

@@ -5,13 +5,13 @@ definitions as a frame."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import polars as pl
 
 from msprlab.engine import EngineConfig
 
-from .ablation import REFERENCES, ladder, side_effects, switches
+from .ablation import REFERENCES, ladder, side_effects, switches, zero_new_weights
 from .experiment_config import ExperimentConfig
 from .scoring import Arm, arm_of
 
@@ -46,9 +46,7 @@ def experiment_arms(cfg: ExperimentConfig, *, ablation: bool) -> ExperimentArms:
 def baseline_arm(cfg: ExperimentConfig) -> Arm:
     """The tuning's starting point, enqueued as its first trial: the configured switches,
     new weights at 0 (with intent routing as configured, so not `on-zero` when it is on)."""
-    zero = replace(cfg.engine, retrieval=replace(cfg.engine.retrieval, delta_personal=0.0,
-                                                 epsilon_frequency=0.0, zeta_success=0.0))
-    return arm_of("start", zero)
+    return arm_of("start", zero_new_weights(cfg.engine))
 
 
 def arms_frame(arms: Mapping[str, Arm], configs: Mapping[str, EngineConfig]) -> pl.DataFrame:
