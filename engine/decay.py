@@ -61,6 +61,7 @@ from functools import cache
 from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .config import DecayConfig
 from .graph import (
@@ -161,44 +162,41 @@ class _NodeBest:
 
 @dataclass(slots=True)
 class _ColumnPlan:
-    """A tick computed on copies of the columns (engine/records.py), not yet written."""
+    """A tick whose numbers the kernel has written into the columns (engine/records.py):
+    the weights, their µs and node relevance; what is left to write (`apply`): the
+    updated_at datetimes, the removals, the archived flags and the memo."""
 
-    changed: PositionArray      # edge rows whose weight and updated_at change
-    others: PositionArray       # the other rows of live edges (pruned ones included)
-    weight: array[float]        # the weight column after the tick (pruned rows unchanged)
-    updated_us: array[int]      # and its µs since 1970 of updated_at
+    stamped: npt.NDArray[np.uint8]  # per edge row: 1 when its weight and updated_at change
+    n_stamped: int
+    n_others: int               # the other rows of live edges (pruned ones included)
     pruned: list[MemoryEdge]    # in row order (see "Order" above)
-    relevance: array[float]     # the node relevance column after the tick
     archive: list[int]          # node positions archived
     memo: _NodeBest | None      # for the next tick (None: no node pass)
     recomputed: int             # nodes whose largest weight came from their rows
 
     def apply(self, graph: ContextGraph, now: datetime) -> DecayReport:
         edges, nodes = graph.edge_columns, graph.node_columns
-        if self.changed.size:
-            edges.weight = self.weight
-            edges.updated_us = self.updated_us
-            if self.others.size < self.changed.size:
-                # Mostly `now`: stamp every row, then put the few others back (rows of
-                # removed edges, the holes, may take `now`: nothing reads them).
+        if self.n_stamped:
+            if self.n_others < self.n_stamped:
+                # Mostly `now`: stamp every row, then put the few others back (the holes,
+                # rows of removed edges, among them: nothing reads those).
                 old = edges.updated_at
                 stamped = [now] * len(old)
-                for row in self.others.tolist():
+                for row in np.flatnonzero(self.stamped == 0).tolist():
                     stamped[row] = old[row]
                 edges.updated_at = stamped
             else:
-                for row in self.changed.tolist():
+                for row in np.flatnonzero(self.stamped).tolist():
                     edges.updated_at[row] = now
         # After the writes: a removal may compact the rows (and renumber them), and the
         # removed edge takes its (unchanged) row with it. One `remove_edges` call: the
         # same removals, in the same order, as a `remove_edge` each.
         if self.pruned:
             graph.remove_edges(self.pruned)
-        nodes.relevance = self.relevance
         for position in self.archive:
             nodes.put_archived(position, True)
         graph.decay_memo = self.memo
-        return DecayReport(int(self.changed.size), len(self.pruned), len(self.archive))
+        return DecayReport(self.n_stamped, len(self.pruned), len(self.archive))
 
 
 def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
@@ -206,15 +204,18 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                dst: array[int], weight: array[float], updated_us: array[int],
                anchor_us: array[int], floor: array[float], archived: bytearray,
                relevance: array[float], prev_us: int, known: BoolArray, best: FloatArray,
-               live: BoolArray) -> tuple[bool, PositionArray, PositionArray, PositionArray,
-                                         PositionArray, int]:
+               live: BoolArray, stamped: npt.NDArray[np.uint8]
+               ) -> tuple[bool, int, int, PositionArray, PositionArray, int]:
     """`_tick_one_by_one` on the columns, compiled by numba (`_kernel`): the edge rows
     (`ContextGraph.edge_rows`: alive, sticky, src, dst; holes skipped) in row order, then
-    every node position. Writes the edge pass into `weight` and `updated_us` (by row) and
-    the node pass into `relevance`, all copies; returns (False, ...) for a span past 2^53
-    µs (then the loop ticks), else (True, changed rows, the other live rows, pruned rows,
-    archived positions, nodes whose largest weight was found from their rows). Every e^x
-    argument is -λ·Δh <= 0 (or NaN): no overflow, where math.exp would raise.
+    every node position. First it only reads: a span past 2^53 µs returns (False, ...)
+    with nothing written (then the loop ticks). Then it writes the edge pass into `weight`
+    and `updated_us` (the graph's own columns) and a 1 into `stamped` for each stamped
+    row, and the node pass into `relevance`; and returns (True, rows stamped, the other
+    live rows, pruned rows, archived positions, nodes whose largest weight was found from
+    their rows). Every e^x argument is -λ·Δh <= 0 (or NaN): no overflow, where math.exp
+    would raise. (In place, where copies of the columns were written before: a copy each
+    tick was half of the tick's memory traffic.)
 
     The node pass needs each node's largest live weight after the edge pass. `best` and
     `live` come in holding it after the tick at `prev_us` for the positions `known` marks
@@ -226,11 +227,26 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
     and the unknown nodes get theirs from a pass over the rows, as `max(live)` does."""
     n_rows = len(alive)
     n_nodes = len(archived)
-    changed = np.empty(n_rows, np.intp)
-    others = np.empty(n_rows, np.intp)
     pruned = np.empty(n_rows, np.intp)
     archive = np.empty(n_nodes, np.intp)
     n_changed = n_others = n_pruned = n_archive = 0
+    # The spans, before anything is written: the times the passes below take a Δ of.
+    last = 0
+    for row in range(n_rows):
+        if alive[row] and not sticky[row]:
+            delta = now_us - updated_us[row]
+            if delta != last:
+                if abs(delta) >= _EXACT_INT:
+                    return False, 0, 0, pruned[:0], archive[:0], 0
+                last = delta
+    if node_pass:
+        for p in range(n_nodes):
+            if not archived[p]:
+                delta = now_us - anchor_us[p]
+                if delta != last:
+                    if abs(delta) >= _EXACT_INT:
+                        return False, 0, 0, pruned[:0], archive[:0], 0
+                    last = delta
     # Rows stamped by one tick share their time: Δh and e^x again only when Δ changes
     # (the same Δ gives the same doubles). Δ = 0 (Δh = 0: skipped) fills the memo.
     last, aging, factor = 0, False, 1.0
@@ -244,8 +260,6 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
         if not sticky[row]:
             delta = now_us - updated_us[row]
             if delta != last:
-                if abs(delta) >= _EXACT_INT:
-                    return False, changed[:0], others[:0], pruned[:0], archive[:0], 0
                 hours = float(delta) / 1e6 / 3600.0     # _hours: total_seconds() / 3600.0
                 hours = hours if hours > 0.0 else 0.0   # max(0.0, hours)
                 last, aging, factor = delta, hours != 0.0, math.exp(neg_lam * hours)
@@ -262,10 +276,9 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                     if delta == regular_delta:
                         regular, regular_factor = True, factor
         if stamp:
-            changed[n_changed] = row
+            stamped[row] = 1
             n_changed += 1
         else:
-            others[n_others] = row
             n_others += 1
         if node_pass and not regular:
             known[src[row]] = False
@@ -306,8 +319,6 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                 continue
             delta = now_us - anchor_us[p]
             if delta != last:
-                if abs(delta) >= _EXACT_INT:
-                    return False, changed[:0], others[:0], pruned[:0], archive[:0], 0
                 hours = float(delta) / 1e6 / 3600.0
                 hours = hours if hours > 0.0 else 0.0
                 last, recency = delta, math.exp(neg_lam * hours)
@@ -319,21 +330,19 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
             if not live[p] and effective < min_node and floor[p] < min_node:
                 archive[n_archive] = p
                 n_archive += 1
-    return (True, changed[:n_changed], others[:n_others], pruned[:n_pruned],
-            archive[:n_archive], n_found)
+    return True, n_changed, n_others, pruned[:n_pruned], archive[:n_archive], n_found
 
 
 @cache
-def _kernel() -> Callable[..., tuple[bool, PositionArray, PositionArray, PositionArray,
-                                      PositionArray, int]]:
+def _kernel() -> Callable[..., tuple[bool, int, int, PositionArray, PositionArray, int]]:
     return exact_njit(_tick_rows)
 
 
 def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
                   lam: float) -> _ColumnPlan | None:
-    """The tick's changes from the columns, whose values are all floats and naive times
-    (none `exotic`); None sends the tick to the loop (a `now` that is not naive, spans
-    past 2^53 µs)."""
+    """The tick on the columns, whose values are all floats and naive times (none
+    `exotic`): its numbers written, the rest to `apply`; None, with nothing written, sends
+    the tick to the loop (a `now` that is not naive, spans past 2^53 µs)."""
     now_us = epoch_us(now)
     if now_us is None:
         return None
@@ -341,24 +350,23 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     edges, nodes = graph.edge_columns, graph.node_columns
     # Not exotic: these columns are array('d')/array('q') and bytearrays, which numba
     # takes as they are (buffers, no conversion); so are the edge rows and the archived
-    # flags, which the kernel only reads. It writes into copies of weight, updated_us and
-    # relevance: `apply` puts them in place of the columns.
-    weight = cast("array[float]", edges.weight)[:]
-    updated_us = edges.updated_us[:]
-    relevance = cast("array[float]", nodes.relevance)[:]
+    # flags, which the kernel only reads. It writes weight, updated_us and relevance in
+    # place, once it has found no span it cannot take.
     min_edge = float(cfg.min_edge_weight)
     node_pass = cfg.min_node_relevance > 0
     prev_us, known, best, live = _known_best(graph, min_edge, node_pass)
-    ok, changed, others, pruned, archive, recomputed = _kernel()(
+    stamped = np.zeros(len(rows.alive), np.uint8)
+    ok, n_stamped, n_others, pruned, archive, recomputed = _kernel()(
         now_us, -lam, min_edge, float(cfg.min_node_relevance), node_pass, rows.alive,
-        rows.sticky, rows.src, rows.dst, weight, updated_us, nodes.anchor_us, nodes.floor,
-        nodes.archived_flags, relevance, prev_us, known, best, live)
+        rows.sticky, rows.src, rows.dst, edges.weight, edges.updated_us, nodes.anchor_us,
+        nodes.floor, nodes.archived_flags, nodes.relevance, prev_us, known, best, live,
+        stamped)
     if not ok:
         return None
-    return _ColumnPlan(changed=changed, others=others, weight=weight, updated_us=updated_us,
+    return _ColumnPlan(stamped=stamped, n_stamped=int(n_stamped), n_others=int(n_others),
                        pruned=cast(list[MemoryEdge],
                                    list(map(rows.edges.__getitem__, pruned.tolist()))),
-                       relevance=relevance, archive=archive.tolist(),
+                       archive=archive.tolist(),
                        memo=_NodeBest(now_us, min_edge, best, live) if node_pass else None,
                        recomputed=int(recomputed))
 

@@ -343,6 +343,23 @@ def test_times_centuries_apart() -> None:
     tick_both(graph, DecayConfig(min_node_relevance=1e-300), T + timedelta(hours=2))
 
 
+def test_an_edge_centuries_old_sends_the_tick_to_the_loop_with_nothing_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel writes the columns in place, so it must find the span it cannot take
+    before it writes anything, even on the last row: the loop then ticks the graph as
+    it was."""
+    graph = small_graph()
+    graph.edge_rows().edges[-1].updated_at = datetime(1700, 1, 1)
+    loop, calls = decay._tick_one_by_one, []
+
+    def counted(*args: Any) -> DecayReport:
+        calls.append(args)
+        return loop(*args)
+    monkeypatch.setattr(decay, "_tick_one_by_one", counted)
+    tick_both(graph, DecayConfig(), T + timedelta(hours=2))
+    assert len(calls) == 1
+
+
 # --- ContextGraph.edge_rows and remove_edges ---------------------------------------
 def check_rows(graph: ContextGraph, added: list[MemoryEdge]) -> None:
     """The rows hold every stored edge once, in the order the keys were added (`added`,
