@@ -1,4 +1,5 @@
-"""Files kept beside an event store: a Qdrant local index of its vectors, the synthetic truth.
+"""Files kept beside an event store, each named here: a Qdrant local index of its vectors,
+the synthetic truth, the replay cache and the experiments' Optuna journals.
 
 For the store `STORE` (a DuckDB file):
 
@@ -10,6 +11,10 @@ For the store `STORE` (a DuckDB file):
   It is built in a temp folder and swapped in, so a failure leaves the old one.
 - `STORE.truth.json` holds what the synthetic generator planted (weights, spec, seed) and
   the digest of the dataset it belongs to, written atomically.
+- `STORE.cache/` holds the replayed candidate tables, one folder per cache key
+  (`experiments.replay.cached_replay`), and `STEM.EXPERIMENT.optuna.journal` (STEM: the
+  store's name without `.duckdb`) the Optuna study an experiment's weight search keeps
+  when no other storage is given.
 
 The store's DuckDB file stays the one source of truth: both are derived from it (or from
 the same build), and a consumer checks their digest against the store's manifest.
@@ -36,7 +41,8 @@ from .schema import Dataset
 from .synthetic import SIGNALS, SyntheticSpec, SyntheticTruth
 
 __all__ = ["INDEX_MARKER", "IndexReport", "index_digest", "index_path", "index_rows",
-           "memory_index", "truth_path", "truth_record", "write_local_index", "write_truth"]
+           "journal_path", "memory_index", "replay_cache_path", "truth_path", "truth_record",
+           "write_local_index", "write_truth"]
 
 INDEX_MARKER = "msprlab-index.json"
 # Qdrant's local mode commits its SQLite file once per point, and each commit waits for the
@@ -56,6 +62,16 @@ def index_path(store: Path) -> Path:
 def truth_path(store: Path) -> Path:
     """`STORE.truth.json`, the planted truth of a synthetic store."""
     return store.with_name(store.name + ".truth.json")
+
+
+def replay_cache_path(store: Path) -> Path:
+    """`STORE.cache`, the folder of the store's replayed candidate tables."""
+    return store.with_name(store.name + ".cache")
+
+
+def journal_path(store: Path, experiment: str) -> Path:
+    """`STEM.EXPERIMENT.optuna.journal` beside the store: the experiment's default study."""
+    return store.with_name(f"{store.stem}.{experiment}.optuna.journal")
 
 
 @dataclass(frozen=True)

@@ -399,6 +399,7 @@ class ContextGraph:
         rows, alive = self._rows, self._alive
         index, position = self._index, self._position
         loose = LooseEdges()
+        touch = self.edge_columns.touch
         removed = 0
         try:
             for edge in edges:
@@ -419,7 +420,7 @@ class ContextGraph:
                     del targets[dst]
                     del sources[src]
                 index.unlink(position[src], position[dst], row)
-                self.edge_columns.touch(row)
+                touch(row)
                 rows[row] = None
                 alive[row] = 0
                 removed += 1

@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from msprlab.datasets.sidecars import replay_cache_path
 from msprlab.engine import EngineConfig, config_from_dict
 from msprlab.engine.batch import WEIGHTS, row_ranks, scores
 from msprlab.engine.config import ConfigError
@@ -113,7 +114,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                        policy=policy, progress=report, engine_rankings=True,
                                        seed_index=index), False
             else:
-                cache = args.cache or args.store.with_name(args.store.name + ".cache")
+                cache = args.cache or replay_cache_path(args.store)
                 table, cached = cached_replay(ds, config, cache, frequency=args.frequency,
                                               limit=args.limit, policy=policy,
                                               progress=report, seed_index=index)

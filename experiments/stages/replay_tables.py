@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from msprlab.datasets.schema import Dataset
+from msprlab.datasets.sidecars import replay_cache_path
 from msprlab.engine import EngineConfig
 from msprlab.engine.roles import RolePolicy, policy_from_name
 
@@ -152,7 +153,7 @@ def replay_tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, Engi
     for i, (key, config) in enumerate(to_replay):
         label = f"replay {i + 1}/{len(to_replay)}"
         replayed[key], cached[key] = cached_replay(
-            dataset, config, store.with_name(store.name + ".cache"), frequency=frequency,
+            dataset, config, replay_cache_path(store), frequency=frequency,
             limit=limit, policy=_policy(cfg),
             progress=lambda done, total, label=label: progress(label, done, total))
         replayed[key] = _with_questions(replayed[key], questions)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from msprlab.datasets.sidecars import journal_path
+
 from ..arms import baseline_arm
 from ..errors import ExperimentError, redact_url
 from ..experiment_config import ExperimentConfig
@@ -64,8 +66,7 @@ def plan_search(cfg: ExperimentConfig, prepared: Prepared, *, trials: int | None
     space = search_space(dict(cfg.tune.ranges), cfg.engine)  # signals off: weights fixed at 0
     objectives = [Objective(*_objective(o)) for o in cfg.tune.objectives]
     n_trials = cfg.tune.trials if trials is None else trials  # not `or`: 0 is not "unset"
-    journal = storage or cfg.tune.storage or str(
-        prepared.store.with_name(prepared.store.stem + f".{cfg.name}.optuna.journal"))
+    journal = storage or cfg.tune.storage or str(journal_path(prepared.store, cfg.name))
     study_name = study or (cfg.name if is_database(journal) else
                            f"{cfg.name}-{cfg.digest()[:8]}-{prepared.dataset.digest[:8]}")
     return TuningPlan(metrics, train, train_scorer, test_scorer, base, space, objectives,

@@ -124,13 +124,13 @@ def ensure_store(store: Path, searches: int, seed: int) -> None:
 
 
 def train_scorer(store: Path, metric: str) -> tuple[Scorer, Any]:
+    from msprlab.datasets.sidecars import replay_cache_path
     from msprlab.datasets.store import load_dataset
     from msprlab.experiments.cli.replay import all_signals_config
     from msprlab.experiments.replay import cached_replay
     config = all_signals_config()
     start = time.perf_counter()
-    table, cached = cached_replay(load_dataset(store), config,
-                                  store.with_name(store.name + ".cache"))
+    table, cached = cached_replay(load_dataset(store), config, replay_cache_path(store))
     how = "read from the cache" if cached else "replayed (first time; cached for next runs)"
     print(f"candidate table: {table.searches.height:,} searches, {table.candidates.height:,} "
           f"candidates, {how} in {time.perf_counter() - start:.1f} s")
