@@ -30,6 +30,16 @@ def _p(value: float | None, bound: bool = False) -> str:
     return f"≤{text}" if bound and not text.startswith("<") else text
 
 
+def _arm_and_group(r: Mapping[str, object], previous: object) -> tuple[str, str]:
+    """A row's arm (blank under the same arm's previous row) and group label (`*`: below
+    the minimum support)."""
+    group = str(r["group"]) if r["group_by"] == "overall" else (
+        f"{r['group_by']}={'(unlabelled)' if r['group'] is None else r['group']}")
+    if r["low_support"]:
+        group += " *"
+    return (str(r["arm"]) if r["arm"] != previous else ""), group
+
+
 def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
                      group_by: Sequence[str] = ("overall", "intent", "question_type"),
                      base_label: str = "reference", arm_label: str | None = None,
@@ -48,11 +58,7 @@ def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
     rows = comparison.filter(pl.col("metric") == metric, pl.col("group_by").is_in(group_by))
     previous = None
     for r in rows.iter_rows(named=True):
-        group = r["group"] if r["group_by"] == "overall" else (
-            f"{r['group_by']}={'(unlabelled)' if r['group'] is None else r['group']}")
-        if r["low_support"]:
-            group += " *"
-        arm = r["arm"] if r["arm"] != previous else ""
+        arm, group = _arm_and_group(r, previous)
         previous = r["arm"]
         table.add_row(arm, group, f"{r['n']:,}", fmt(r["mean_base"]), fmt(r["mean_arm"]),
                       f"{r['delta']:+.4f}" if not math.isnan(r["delta"]) else "–",
@@ -70,11 +76,7 @@ def summary_table(summary: pl.DataFrame, *, metric: str, title: str) -> Table:
                          no_wrap=True)
     previous = None
     for r in summary.filter(pl.col("metric") == metric).iter_rows(named=True):
-        group = r["group"] if r["group_by"] == "overall" else (
-            f"{r['group_by']}={'(unlabelled)' if r['group'] is None else r['group']}")
-        if r["low_support"]:
-            group += " *"
-        arm = r["arm"] if r["arm"] != previous else ""
+        arm, group = _arm_and_group(r, previous)
         previous = r["arm"]
         table.add_row(arm, group, f"{r['n']:,}", fmt(r["mean"]),
                       f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]", f"{r['n_no_relevant']:,}")
