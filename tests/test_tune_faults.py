@@ -276,6 +276,7 @@ def test_a_queued_trial_another_worker_started_is_left_to_it(tmp_path: Path) -> 
     assert trial.state == TrialState.RUNNING and DROPPED_ATTR not in trial.system_attrs
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_a_stale_trials_retry_is_queued_with_its_fail(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Another worker starting a fresh trial right after the stale trial's FAIL finds the
@@ -314,6 +315,7 @@ def test_a_stale_trials_retry_is_queued_with_its_fail(tmp_path: Path,
     assert retry.system_attrs["retry_history"] == [1]
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_stale_trials_are_failed_under_the_setup_lock(tmp_path: Path) -> None:
     """A process's setup holds the study's lock while it fails stale trials, whose retries
     are queued under the same lock: entered again by the thread that holds it, not waited
