@@ -61,7 +61,6 @@ from functools import cache
 from typing import cast
 
 import numpy as np
-import numpy.typing as npt
 
 from .config import DecayConfig
 from .graph import (
@@ -163,12 +162,12 @@ class _NodeBest:
 @dataclass(slots=True)
 class _ColumnPlan:
     """A tick whose numbers the kernel has written into the columns (engine/records.py):
-    the weights, their µs and node relevance; what is left to write (`apply`): the
-    updated_at datetimes, the removals, the archived flags and the memo."""
+    the weights, their µs and node relevance; what is left to write (`apply`): the stamp
+    that gives the stamped rows their updated_at, the removals, the archived flags and the
+    memo."""
 
-    stamped: npt.NDArray[np.uint8]  # per edge row: 1 when its weight and updated_at change
-    n_stamped: int
-    n_others: int               # the other rows of live edges (pruned ones included)
+    now_us: int
+    n_stamped: int              # edge rows whose weight and updated_at changed
     pruned: list[MemoryEdge]    # in row order (see "Order" above)
     archive: list[int]          # node positions archived
     memo: _NodeBest | None      # for the next tick (None: no node pass)
@@ -176,18 +175,11 @@ class _ColumnPlan:
 
     def apply(self, graph: ContextGraph, now: datetime) -> DecayReport:
         edges, nodes = graph.edge_columns, graph.node_columns
-        if self.n_stamped:
-            if self.n_others < self.n_stamped:
-                # Mostly `now`: stamp every row, then put the few others back (the holes,
-                # rows of removed edges, among them: nothing reads those).
-                old = edges.updated_at
-                stamped = [now] * len(old)
-                for row in np.flatnonzero(self.stamped == 0).tolist():
-                    stamped[row] = old[row]
-                edges.updated_at = stamped
-            else:
-                for row in np.flatnonzero(self.stamped).tolist():
-                    edges.updated_at[row] = now
+        # The stamped rows' updated_at is `now` through their µs (`EdgeColumns.stamp`).
+        previous = edges.stamp_us
+        left = [] if previous is None else np.flatnonzero(
+            np.frombuffer(edges.updated_us, np.int64) == previous).tolist()
+        edges.stamp(self.now_us, now, left)
         # After the writes: a removal may compact the rows (and renumber them), and the
         # removed edge takes its (unchanged) row with it. One `remove_edges` call: the
         # same removals, in the same order, as a `remove_edge` each.
@@ -204,18 +196,16 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                dst: array[int], weight: array[float], updated_us: array[int],
                anchor_us: array[int], floor: array[float], archived: bytearray,
                relevance: array[float], prev_us: int, known: BoolArray, best: FloatArray,
-               live: BoolArray, stamped: npt.NDArray[np.uint8]
-               ) -> tuple[bool, int, int, PositionArray, PositionArray, int]:
+               live: BoolArray) -> tuple[bool, int, PositionArray, PositionArray, int]:
     """`_tick_one_by_one` on the columns, compiled by numba (`_kernel`): the edge rows
     (`ContextGraph.edge_rows`: alive, sticky, src, dst; holes skipped) in row order, then
     every node position. First it only reads: a span past 2^53 µs returns (False, ...)
     with nothing written (then the loop ticks). Then it writes the edge pass into `weight`
-    and `updated_us` (the graph's own columns) and a 1 into `stamped` for each stamped
-    row, and the node pass into `relevance`; and returns (True, rows stamped, the other
-    live rows, pruned rows, archived positions, nodes whose largest weight was found from
-    their rows). Every e^x argument is -λ·Δh <= 0 (or NaN): no overflow, where math.exp
-    would raise. (In place, where copies of the columns were written before: a copy each
-    tick was half of the tick's memory traffic.)
+    and `updated_us` (the graph's own columns) and the node pass into `relevance`, and
+    returns (True, rows stamped, pruned rows, archived positions, nodes whose largest
+    weight was found from their rows). Every e^x argument is -λ·Δh <= 0 (or NaN): no
+    overflow, where math.exp would raise. (In place, where copies of the columns were
+    written before: a copy each tick was half of the tick's memory traffic.)
 
     The node pass needs each node's largest live weight after the edge pass. `best` and
     `live` come in holding it after the tick at `prev_us` for the positions `known` marks
@@ -229,7 +219,7 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
     n_nodes = len(archived)
     pruned = np.empty(n_rows, np.intp)
     archive = np.empty(n_nodes, np.intp)
-    n_changed = n_others = n_pruned = n_archive = 0
+    n_changed = n_pruned = n_archive = 0
     # The spans, before anything is written: the times the passes below take a Δ of.
     last = 0
     for row in range(n_rows):
@@ -237,7 +227,7 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
             delta = now_us - updated_us[row]
             if delta != last:
                 if abs(delta) >= _EXACT_INT:
-                    return False, 0, 0, pruned[:0], archive[:0], 0
+                    return False, 0, pruned[:0], archive[:0], 0
                 last = delta
     if node_pass:
         for p in range(n_nodes):
@@ -245,7 +235,7 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                 delta = now_us - anchor_us[p]
                 if delta != last:
                     if abs(delta) >= _EXACT_INT:
-                        return False, 0, 0, pruned[:0], archive[:0], 0
+                        return False, 0, pruned[:0], archive[:0], 0
                     last = delta
     # Rows stamped by one tick share their time: Δh and e^x again only when Δ changes
     # (the same Δ gives the same doubles). Δ = 0 (Δh = 0: skipped) fills the memo.
@@ -276,10 +266,7 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                     if delta == regular_delta:
                         regular, regular_factor = True, factor
         if stamp:
-            stamped[row] = 1
             n_changed += 1
-        else:
-            n_others += 1
         if node_pass and not regular:
             known[src[row]] = False
             known[dst[row]] = False
@@ -330,11 +317,11 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
             if not live[p] and effective < min_node and floor[p] < min_node:
                 archive[n_archive] = p
                 n_archive += 1
-    return True, n_changed, n_others, pruned[:n_pruned], archive[:n_archive], n_found
+    return True, n_changed, pruned[:n_pruned], archive[:n_archive], n_found
 
 
 @cache
-def _kernel() -> Callable[..., tuple[bool, int, int, PositionArray, PositionArray, int]]:
+def _kernel() -> Callable[..., tuple[bool, int, PositionArray, PositionArray, int]]:
     return exact_njit(_tick_rows)
 
 
@@ -355,15 +342,13 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     min_edge = float(cfg.min_edge_weight)
     node_pass = cfg.min_node_relevance > 0
     prev_us, known, best, live = _known_best(graph, min_edge, node_pass)
-    stamped = np.zeros(len(rows.alive), np.uint8)
-    ok, n_stamped, n_others, pruned, archive, recomputed = _kernel()(
+    ok, n_stamped, pruned, archive, recomputed = _kernel()(
         now_us, -lam, min_edge, float(cfg.min_node_relevance), node_pass, rows.alive,
         rows.sticky, rows.src, rows.dst, edges.weight, edges.updated_us, nodes.anchor_us,
-        nodes.floor, nodes.archived_flags, nodes.relevance, prev_us, known, best, live,
-        stamped)
+        nodes.floor, nodes.archived_flags, nodes.relevance, prev_us, known, best, live)
     if not ok:
         return None
-    return _ColumnPlan(stamped=stamped, n_stamped=int(n_stamped), n_others=int(n_others),
+    return _ColumnPlan(now_us=now_us, n_stamped=int(n_stamped),
                        pruned=cast(list[MemoryEdge],
                                    list(map(rows.edges.__getitem__, pruned.tolist()))),
                        archive=archive.tolist(),

@@ -61,7 +61,7 @@ _EPOCH_US_SIZE = 1 << 18
 
 def epoch_us(when: object) -> int | None:
     """µs since 1970 of a naive `datetime` (exact: integer arithmetic); None otherwise."""
-    if type(when) is not datetime or when.tzinfo is not None:
+    if type(when) is not datetime or when.tzinfo is not None or when.fold:
         return None
     found = _EPOCH_US.get(when)
     if found is None:
@@ -227,15 +227,24 @@ class _LooseNode(NodeColumns):
 
 class EdgeColumns:
     """The decaying attributes of edges, by row (`ContextGraph`'s edge rows); weight is an
-    `array('d')` until a value that is not a float arrives (then a list, and `exotic`)."""
+    `array('d')` until a value that is not a float arrives (then a list, and `exotic`).
 
-    __slots__ = ("exotic", "touched", "touched_lost", "updated_at", "updated_us", "weight")
+    A decay tick stamps most rows with its `now`, and writes only their µs: a row whose µs
+    is the last tick's (`stamp_us`) has that tick's `now` (`stamp_at`) as its updated_at,
+    whatever its `updated_at` entry holds (`updated_at_of`, which every reader goes
+    through). The next tick first writes `stamp_at` into the rows it leaves at that µs
+    (`stamp`). A fold=1 time is exotic (`epoch_us`), so equal µs are equal times."""
+
+    __slots__ = ("exotic", "stamp_at", "stamp_us", "touched", "touched_lost", "updated_at",
+                 "updated_us", "weight")
 
     def __init__(self) -> None:
         self.weight: MutableSequence[Any] = array("d")
         self.updated_at: list[Any] = []
         self.updated_us = array("q")   # 0 if exotic
         self.exotic = False
+        self.stamp_us: int | None = None
+        self.stamp_at: datetime | None = None
         # The rows written since the last decay tick (an edge added, overwritten, removed, a
         # weight or time set), which the tick's memo of each node's largest weight cannot
         # vouch for (engine/decay.py); `touched_lost`: they are not all known.
@@ -258,6 +267,19 @@ class EdgeColumns:
             del self.touched[:]
         self.touched_lost = False
 
+    def updated_at_of(self, row: int) -> Any:
+        """Row `row`'s updated_at (the last tick's `now` if the tick stamped it)."""
+        if self.stamp_us is not None and self.updated_us[row] == self.stamp_us:
+            return self.stamp_at
+        return self.updated_at[row]
+
+    def stamp(self, now_us: int, now: datetime, left: list[int]) -> None:
+        """A tick at `now` has stamped rows (their µs); `left`: the rows still at the last
+        tick's µs, whose entries take that tick's `now` before `now` replaces it."""
+        for row in left:
+            self.updated_at[row] = self.stamp_at
+        self.stamp_us, self.stamp_at = now_us, now
+
     def append(self, weight: Any, updated_at: Any) -> int:
         row = len(self.updated_at)
         self.weight.append(0.0)
@@ -275,11 +297,11 @@ class EdgeColumns:
         self.touch(row)
 
     def put_updated_at(self, row: int, value: Any) -> None:
-        self.updated_at[row] = value
         us = epoch_us(value)
         if us is None:
             self.exotic = True
             us = 0
+        self.updated_at[row] = value
         self.updated_us[row] = us
         self.touch(row)
 
@@ -297,6 +319,7 @@ class _LooseEdge(EdgeColumns):
     """One row of an edge that is in no graph: lists, and no checks until it is bound."""
 
     touched: array[int] | None = None   # no decay tick reads these rows
+    stamp_us: int | None = None
 
     def __init__(self, weight: Any, updated_at: Any) -> None:
         self.weight = [weight]
@@ -321,7 +344,7 @@ class LooseEdges(_LooseEdge):
         """Move the edge's values out of its graph's columns into a new row of these."""
         cols, row = edge._cols, edge._row
         self.weight.append(cols.weight[row])
-        self.updated_at.append(cols.updated_at[row])
+        self.updated_at.append(cols.updated_at_of(row))
         self.updated_us.append(0)
         edge._cols = self
         edge._row = len(self.updated_at) - 1
@@ -586,7 +609,7 @@ class MemoryEdge(_Record):
 
     @property
     def updated_at(self) -> datetime:
-        return self._cols.updated_at[self._row]  # type: ignore[no-any-return]
+        return self._cols.updated_at_of(self._row)  # type: ignore[no-any-return]
 
     @updated_at.setter
     def updated_at(self, value: datetime) -> None:

@@ -337,6 +337,28 @@ def test_a_node_under_another_id_reads_the_edges_of_its_own_id() -> None:
     tick_both(graph, DecayConfig(), T + timedelta(hours=2))
 
 
+@pytest.mark.parametrize("odd", ["int weight", "aware time"])
+def test_columns_turning_exotic_after_ticks_keep_every_edges_time(odd: str) -> None:
+    """A tick gives the rows it stamps its `now` through their µs only; an int weight or
+    an aware time turning the columns exotic must leave every other edge's updated_at as
+    the ticks left it, and the loop then ticks them like the oracle."""
+    graph = small_graph()
+    for hours in (2, 4, 30):
+        tick_both(graph, DecayConfig(), T + timedelta(hours=hours))
+    before = [(e.src, e.dst, e.type, e.updated_at) for e in graph.edges()]
+    assert {when for *_, when in before} >= {T + timedelta(hours=30)}
+    first = next(iter(graph.edges()))
+    if odd == "int weight":
+        first.weight = 1  # type: ignore[assignment]
+    else:
+        first.updated_at = (T + timedelta(hours=30)).replace(tzinfo=UTC)
+    assert graph.edge_columns.exotic
+    after = [(e.src, e.dst, e.type, e.updated_at) for e in graph.edges()]
+    assert after[1:] == before[1:]
+    tick_both(graph, DecayConfig(), T + timedelta(hours=40) if odd == "int weight"
+              else (T + timedelta(hours=40)).replace(tzinfo=UTC))
+
+
 def test_times_centuries_apart() -> None:
     graph = small_graph()
     node(graph, "m1").last_accessed_at = datetime(1700, 1, 1)   # 2^53 µs is 285 years
