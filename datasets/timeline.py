@@ -22,9 +22,11 @@ import functools
 import hashlib
 import json
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -41,8 +43,8 @@ from msprlab.engine.state import EngineState
 from .schema import PAYLOAD_COLUMNS, PAYLOAD_FIELDS, Dataset
 
 __all__ = ["DEFAULT_SEEDS", "Corpus", "SeedPlan", "Timeline", "corpus_of", "owner_cosine_seeds",
-           "project_queries", "row_tops", "single_embedder", "to_datetime", "to_us",
-           "token_incidence", "unit_rows", "vector_matrix"]
+           "project_queries", "row_tops", "shared_by_replays", "single_embedder", "to_datetime",
+           "to_us", "token_incidence", "unit_rows", "vector_matrix"]
 
 # The library's default seed_top_k (and the simulated logs' search limit): the seed count
 # of a default configuration.
@@ -86,7 +88,44 @@ def single_embedder(embeddings: pl.DataFrame) -> pl.DataFrame:
     return embeddings
 
 
+# `shared_by_replays`: per dataset open in it (by id, with the dataset itself, so a new
+# object at a reused id is not taken for it), what has been made of it, by name.
+_SHARED: dict[int, tuple[Dataset, dict[Any, Any]]] = {}
+
+
+@contextmanager
+def shared_by_replays(ds: Dataset) -> Iterator[None]:
+    """Replays of `ds` made inside share what they only read of it, made once: its
+    `Corpus` and a Timeline's operations, memory columns and edge lists (at 250k memories
+    and 1.6M edges, 4.4 s a replay)."""
+    key = id(ds)
+    if key in _SHARED:
+        yield
+        return
+    _SHARED[key] = (ds, {})
+    try:
+        yield
+    finally:
+        del _SHARED[key]
+
+
+def _shared(ds: Dataset, name: Any, make: Callable[[], Any]) -> Any:
+    """`make()`, or inside `shared_by_replays(ds)` what it gave the first time."""
+    entry = _SHARED.get(id(ds))
+    if entry is None or entry[0] is not ds:
+        return make()
+    made = entry[1]
+    if name not in made:
+        made[name] = make()
+    return made[name]
+
+
 def corpus_of(ds: Dataset) -> Corpus:
+    """The memories, owner scopes and query facts of `ds` as arrays (`Corpus`)."""
+    return _shared(ds, "corpus", lambda: _corpus_of(ds))  # type: ignore[no-any-return]
+
+
+def _corpus_of(ds: Dataset) -> Corpus:
     memories = ds.memories
     ids = memories["memory_id"].to_list()
     row_of = {m: i for i, m in enumerate(ids)}
@@ -249,6 +288,56 @@ def _payload(row: dict[str, Any]) -> dict[str, Any]:
 _ADD, _LINK, _DELETE = 0, 1, 2
 
 
+def _read_only_parts(ds: Dataset, corpus: Corpus) -> dict[str, Any]:
+    """A Timeline's attributes that no replay changes: the memory columns `_add` reads, the
+    edges as the graph takes them, the operations in order, every memory's norm."""
+    parts = SimpleNamespace()
+    memories, edges = ds.memories, ds.edges
+    parts.memories = {name: memories[name].to_list() for name in _PAYLOAD_COLUMNS}
+    created = memories["created_at"].cast(pl.Int64).to_numpy()
+    row_of = {m: i for i, m in enumerate(corpus.memory_ids)}
+    kinds = edges["type"].to_list()
+    src = list(map(row_of.get, edges["src"].to_list()))
+    dst = list(map(row_of.get, edges["dst"].to_list()))
+    _check_edges(edges, kinds, src, dst)
+    # The edges as the graph takes them: ends as the corpus's own id strings (one
+    # object per memory, not one per edge end), each type's member made once, weights
+    # clamped as `max(0.0, min(1.0, float(w)))` (NaN -> 1.0).
+    ids = corpus.memory_ids
+    members = {kind: EdgeType(kind) for kind in set(kinds)}
+    parts._edge_src = list(map(ids.__getitem__, src))
+    parts._edge_dst = list(map(ids.__getitem__, dst))
+    parts._edge_type = list(map(members.__getitem__, kinds))
+    parts._edge_weight = _clamped_weights(edges["weight"])
+    parts._edge_evidence = edges["evidence"].to_list()
+    # An edge enters at its own time, or when its later end is added if that is later.
+    ends = np.maximum(created[np.array(src, dtype=np.int64)],
+                      created[np.array(dst, dtype=np.int64)])
+    edge_at = np.maximum(edges["created_at"].cast(pl.Int64).fill_null(0).to_numpy(), ends)
+    deleted = memories["deleted_at"].cast(pl.Int64).fill_null(0).to_numpy()
+    gone = np.flatnonzero(memories["deleted_at"].is_not_null().to_numpy())
+    # (time, phase, index) in order: additions, then edges, then deletions at equal times.
+    at = np.concatenate([created, edge_at, deleted[gone]])
+    phase = np.repeat([_ADD, _LINK, _DELETE], [created.size, edge_at.size, gone.size])
+    index = np.concatenate([np.arange(created.size), np.arange(edge_at.size), gone])
+    order = np.lexsort((index, phase, at))
+    # The operations as arrays (for `pending_changes`), which `advance` reads one at a
+    # time through memoryviews: they hand out Python ints as lists do, where a list of
+    # 10^6 ints held ~40 bytes an element (a replay keeps four).
+    parts._op_arrays = (at[order].astype(np.int64), phase[order].astype(np.int64),
+                        index[order].astype(np.int64))
+    parts._times = memoryview(parts._op_arrays[0])
+    parts._phases = memoryview(parts._op_arrays[1])
+    parts._indexes = memoryview(parts._op_arrays[2])
+    # per operation: where its run of consecutive edges ends (read at edges only), so
+    # `advance` hands a run to the graph in one call
+    starts = np.flatnonzero(np.diff(parts._op_arrays[1], prepend=-1, append=-1) != 0)
+    parts._run_end = memoryview(np.repeat(starts[1:], np.diff(starts)).astype(np.int64))
+    # every memory's squared norm, summed as `set_embedding` sums it, all at once
+    parts._norms_sq = [] if corpus.vectors is None else row_norms_sq(corpus.vectors)
+    return vars(parts)
+
+
 class Timeline:
     """Memory additions, edges and deletions, applied to the state in time order."""
 
@@ -256,55 +345,16 @@ class Timeline:
         self.state = state
         self.corpus = corpus
         self.seedable = np.zeros(len(corpus.memory_ids), dtype=bool)
-        memories, edges = ds.memories, ds.edges
-        self.memories = {name: memories[name].to_list() for name in _PAYLOAD_COLUMNS}
-        created = memories["created_at"].cast(pl.Int64).to_numpy()
-        row_of = {m: i for i, m in enumerate(corpus.memory_ids)}
-        kinds = edges["type"].to_list()
-        src = list(map(row_of.get, edges["src"].to_list()))
-        dst = list(map(row_of.get, edges["dst"].to_list()))
-        _check_edges(edges, kinds, src, dst)
-        # The edges as the graph takes them: ends as the corpus's own id strings (one
-        # object per memory, not one per edge end), each type's member made once, weights
-        # clamped as `max(0.0, min(1.0, float(w)))` (NaN -> 1.0).
-        ids = corpus.memory_ids
-        members = {kind: EdgeType(kind) for kind in set(kinds)}
-        self._edge_src = list(map(ids.__getitem__, src))
-        self._edge_dst = list(map(ids.__getitem__, dst))
-        self._edge_type = list(map(members.__getitem__, kinds))
-        self._edge_weight = _clamped_weights(edges["weight"])
-        self._edge_evidence = edges["evidence"].to_list()
-        # An edge enters at its own time, or when its later end is added if that is later.
-        ends = np.maximum(created[np.array(src, dtype=np.int64)],
-                          created[np.array(dst, dtype=np.int64)])
-        edge_at = np.maximum(edges["created_at"].cast(pl.Int64).fill_null(0).to_numpy(), ends)
-        deleted = memories["deleted_at"].cast(pl.Int64).fill_null(0).to_numpy()
-        gone = np.flatnonzero(memories["deleted_at"].is_not_null().to_numpy())
-        # (time, phase, index) in order: additions, then edges, then deletions at equal times.
-        at = np.concatenate([created, edge_at, deleted[gone]])
-        phase = np.repeat([_ADD, _LINK, _DELETE], [created.size, edge_at.size, gone.size])
-        index = np.concatenate([np.arange(created.size), np.arange(edge_at.size), gone])
-        order = np.lexsort((index, phase, at))
-        # The operations as arrays (for `pending_changes`), which `advance` reads one at a
-        # time through memoryviews: they hand out Python ints as lists do, where a list of
-        # 10^6 ints held ~40 bytes an element (a replay keeps four).
-        self._op_arrays = (at[order].astype(np.int64), phase[order].astype(np.int64),
-                           index[order].astype(np.int64))
-        self._times = memoryview(self._op_arrays[0])
-        self._phases = memoryview(self._op_arrays[1])
-        self._indexes = memoryview(self._op_arrays[2])
-        # per operation: where its run of consecutive edges ends (read at edges only), so
-        # `advance` hands a run to the graph in one call
-        starts = np.flatnonzero(np.diff(self._op_arrays[1], prepend=-1, append=-1) != 0)
-        self._run_end = memoryview(np.repeat(starts[1:], np.diff(starts)).astype(np.int64))
+        # What the timeline only reads of the dataset, made once per replay or, inside
+        # `shared_by_replays`, once for all of them.
+        vars(self).update(_shared(ds, ("timeline", id(corpus)),
+                                  lambda: _read_only_parts(ds, corpus)))
         self.next = 0  # the first operation not applied yet
         self._moment_us: int | None = None  # the last time `_datetime` made, and its datetime
         self._moment = _EPOCH
         # per owner scope: its seedable rows (in row order) and their vectors, as of the
         # last search in that scope
         self._live: dict[Owner, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]] = {}
-        # every memory's squared norm, summed as `set_embedding` sums it, all at once
-        self._norms_sq = [] if corpus.vectors is None else row_norms_sq(corpus.vectors)
 
     @property
     def ops(self) -> list[tuple[int, int, int]]:

@@ -165,6 +165,23 @@ def test_only_a_logged_table_with_success_off_has_a_success_twin() -> None:
         derive_table(world(1)[1], FULL, "logged", has_policy=True)
 
 
+def test_replays_inside_shared_by_replays_share_what_they_read_and_give_the_same_tables(
+        ) -> None:
+    from msprlab.datasets.timeline import corpus_of, shared_by_replays
+    log, table = world(2)
+    off = replace(FULL, mspr=replace(FULL.mspr, enabled=False))
+    alone = replay(log, off, policy=StripedPolicy())
+    assert corpus_of(log) is not corpus_of(log)  # outside: made each time
+    with shared_by_replays(log):
+        assert corpus_of(log) is corpus_of(log)
+        again = replay(log, FULL, policy=StripedPolicy())
+        off_again = replay(log, off, policy=StripedPolicy())
+    assert corpus_of(log) is not corpus_of(log)  # and forgotten after
+    for got, want in ((again, table), (off_again, alone)):
+        assert_frame_equal(got.searches, want.searches, check_exact=True)
+        assert_frame_equal(got.candidates, want.candidates, check_exact=True)
+
+
 def test_bad_input_is_refused_with_a_reason() -> None:
     log, _ = world(1)
     with pytest.raises(ValueError, match=r"context_graph\.enabled"):

@@ -20,6 +20,7 @@ import polars as pl
 
 from msprlab.datasets.schema import Dataset
 from msprlab.datasets.sidecars import replay_cache_path
+from msprlab.datasets.timeline import shared_by_replays
 from msprlab.engine import EngineConfig
 from msprlab.engine.roles import RolePolicy, policy_from_name
 
@@ -150,13 +151,14 @@ def replay_tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, Engi
     replayed: dict[str, CandidateTable] = {}
     cached: dict[str, bool] = {}
     to_replay = [(key, config) for key, config in representative.items() if key not in derived]
-    for i, (key, config) in enumerate(to_replay):
-        label = f"replay {i + 1}/{len(to_replay)}"
-        replayed[key], cached[key] = cached_replay(
-            dataset, config, replay_cache_path(store), frequency=frequency,
-            limit=limit, policy=_policy(cfg),
-            progress=lambda done, total, label=label: progress(label, done, total))
-        replayed[key] = _with_questions(replayed[key], questions)
+    with shared_by_replays(dataset):  # what the replays only read, made once
+        for i, (key, config) in enumerate(to_replay):
+            label = f"replay {i + 1}/{len(to_replay)}"
+            replayed[key], cached[key] = cached_replay(
+                dataset, config, replay_cache_path(store), frequency=frequency,
+                limit=limit, policy=_policy(cfg),
+                progress=lambda done, total, label=label: progress(label, done, total))
+            replayed[key] = _with_questions(replayed[key], questions)
     out = {key: replayed[key] if key not in derived else derive_table(
         replayed[derived[key]], config, frequency, has_policy=has_policy)
         for key, config in representative.items()}
