@@ -2,11 +2,12 @@
 
 `tick_decay` computes the tick in one loop numba compiles (`_tick_rows`) over the graph's
 columns (engine/records.py: the decaying attributes of every node and edge, as arrays)
-and writes the changed columns back whole. Its values are bit for bit those of the
-library's loop, `_tick_one_by_one`, which still runs whatever the columns cannot vouch
-for (`exotic`: a weight, relevance or floor that is not a float, a time that is not a
-naive datetime, a renamed node; also a `now` that is not naive, or times more than 2^53 µs
-apart), and raises where the library raises. Every float operation is the loop's own, on
+and writes them in place, once a read-only pass has found nothing it cannot take. Its
+values are bit for bit those of the library's loop, `_tick_one_by_one`, which still runs
+whatever the columns cannot vouch for (`exotic`: a weight, relevance or floor that is not
+a float, a time that is not a naive datetime or has fold=1, a renamed node; also a `now`
+that is not naive, or times more than 2^53 µs apart), and raises where the library
+raises. Every float operation is the loop's own, on
 the same doubles in the same order (no fastmath: nothing fused or reordered, engine/jit.py),
 and the comparisons are the loop's `max`/`min`, NaN included; two steps are exact by
 construction:
