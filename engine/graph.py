@@ -357,7 +357,7 @@ class ContextGraph:
             col_updated.append(stamped)
             col_us.append(us)
             touch(row)
-            targets[d] = edge if pair is None else _with(pair, edge)
+            targets[d] = _with(pair, edge)
             sources = pred[d]
             sources[s] = _with(sources.get(s), edge)
             p, q = position[s], position[d]
