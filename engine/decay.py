@@ -169,6 +169,7 @@ class _ColumnPlan:
 
     now_us: int
     n_stamped: int              # edge rows whose weight and updated_at changed
+    left: list[int]             # the rows the kernel left at the edge columns' last stamp
     pruned: list[MemoryEdge]    # in row order (see "Order" above)
     archive: list[int]          # node positions archived
     memo: _NodeBest | None      # for the next tick (None: no node pass)
@@ -177,10 +178,7 @@ class _ColumnPlan:
     def apply(self, graph: ContextGraph, now: datetime) -> DecayReport:
         edges, nodes = graph.edge_columns, graph.node_columns
         # The stamped rows' updated_at is `now` through their µs (`EdgeColumns.stamp`).
-        previous = edges.stamp_us
-        left = [] if previous is None else np.flatnonzero(
-            np.frombuffer(edges.updated_us, np.int64) == previous).tolist()
-        edges.stamp(self.now_us, now, left)
+        edges.stamp(self.now_us, now, self.left)
         # After the writes: a removal may compact the rows (and renumber them), and the
         # removed edge takes its (unchanged) row with it. One `remove_edges` call: the
         # same removals, in the same order, as a `remove_edge` each.
@@ -197,14 +195,16 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                dst: array[int], weight: array[float], updated_us: array[int],
                anchor_us: array[int], floor: array[float], archived: bytearray,
                relevance: array[float], prev_us: int, known: BoolArray, best: FloatArray,
-               live: BoolArray) -> tuple[bool, int, PositionArray, PositionArray, int]:
+               live: BoolArray, stamped_us: int, has_stamp: bool
+               ) -> tuple[bool, int, PositionArray, PositionArray, PositionArray, int]:
     """`_tick_one_by_one` on the columns, compiled by numba (`_kernel`): the edge rows
     (`ContextGraph.edge_rows`: alive, sticky, src, dst; holes skipped) in row order, then
     every node position. First it only reads: a span past 2^53 µs returns (False, ...)
     with nothing written (then the loop ticks). Then it writes the edge pass into `weight`
     and `updated_us` (the graph's own columns) and the node pass into `relevance`, and
     returns (True, rows stamped, pruned rows, archived positions, nodes whose largest
-    weight was found from their rows). Every e^x argument is -λ·Δh <= 0 (or NaN): no
+    weight was found from their rows, the non-sticky rows it left at `stamped_us`: the
+    edge columns' last stamp, when `has_stamp`). Every e^x argument is -λ·Δh <= 0 (or NaN): no
     overflow, where math.exp would raise. (In place, where copies of the columns were
     written before: a copy each tick was half of the tick's memory traffic.)
 
@@ -219,6 +219,9 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
     n_rows = len(alive)
     n_nodes = len(archived)
     pruned = np.empty(n_rows, np.intp)
+    left = np.empty(n_rows, np.intp)
+    n_left = 0
+    left_delta = now_us - stamped_us
     archive = np.empty(n_nodes, np.intp)
     n_changed = n_pruned = n_archive = 0
     # The spans, before anything is written: the times the passes below take a Δ of.
@@ -228,7 +231,7 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
             delta = now_us - updated_us[row]
             if delta != last:
                 if abs(delta) >= _EXACT_INT:
-                    return False, 0, pruned[:0], archive[:0], 0
+                    return False, 0, pruned[:0], archive[:0], left[:0], 0
                 last = delta
     if node_pass:
         for p in range(n_nodes):
@@ -236,7 +239,7 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                 delta = now_us - anchor_us[p]
                 if delta != last:
                     if abs(delta) >= _EXACT_INT:
-                        return False, 0, pruned[:0], archive[:0], 0
+                        return False, 0, pruned[:0], archive[:0], left[:0], 0
                     last = delta
     # Rows stamped by one tick share their time: Δh and e^x again only when Δ changes
     # (the same Δ gives the same doubles). Δ = 0 (Δh = 0: skipped) fills the memo.
@@ -266,6 +269,9 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                     stamp = True
                     if delta == regular_delta:
                         regular, regular_factor = True, factor
+            if not stamp and has_stamp and delta == left_delta:
+                left[n_left] = row
+                n_left += 1
         if stamp:
             n_changed += 1
         if node_pass and not regular:
@@ -318,11 +324,13 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
             if not live[p] and effective < min_node and floor[p] < min_node:
                 archive[n_archive] = p
                 n_archive += 1
-    return True, n_changed, pruned[:n_pruned], archive[:n_archive], n_found
+    return (True, n_changed, pruned[:n_pruned], archive[:n_archive], left[:n_left],
+            n_found)
 
 
 @cache
-def _kernel() -> Callable[..., tuple[bool, int, PositionArray, PositionArray, int]]:
+def _kernel() -> Callable[..., tuple[bool, int, PositionArray, PositionArray,
+                                      PositionArray, int]]:
     return exact_njit(_tick_rows)
 
 
@@ -343,13 +351,14 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
     min_edge = float(cfg.min_edge_weight)
     node_pass = cfg.min_node_relevance > 0
     prev_us, known, best, live = _known_best(graph, min_edge, node_pass)
-    ok, n_stamped, pruned, archive, recomputed = _kernel()(
+    ok, n_stamped, pruned, archive, left, recomputed = _kernel()(
         now_us, -lam, min_edge, float(cfg.min_node_relevance), node_pass, rows.alive,
         rows.sticky, rows.src, rows.dst, edges.weight, edges.updated_us, nodes.anchor_us,
-        nodes.floor, nodes.archived_flags, nodes.relevance, prev_us, known, best, live)
+        nodes.floor, nodes.archived_flags, nodes.relevance, prev_us, known, best, live,
+        edges.stamp_us or 0, edges.stamp_us is not None)
     if not ok:
         return None
-    return _ColumnPlan(now_us=now_us, n_stamped=int(n_stamped),
+    return _ColumnPlan(now_us=now_us, n_stamped=int(n_stamped), left=left.tolist(),
                        pruned=cast(list[MemoryEdge],
                                    list(map(rows.edges.__getitem__, pruned.tolist()))),
                        archive=archive.tolist(),
