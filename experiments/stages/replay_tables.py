@@ -137,7 +137,8 @@ def replay_tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, Engi
     dataset, labels, questions = _labelled(cfg, load_dataset(store))
     frequency: Any = cfg.replay.frequency
     limit = cfg.replay.limit or None
-    has_policy = _policy(cfg) is not None
+    policy = _policy(cfg)
+    has_policy = policy is not None
     keys: dict[str, str] = {}
     representative: dict[str, EngineConfig] = {}
     for name, config in configs.items():
@@ -156,7 +157,7 @@ def replay_tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, Engi
             label = f"replay {i + 1}/{len(to_replay)}"
             replayed[key], cached[key] = cached_replay(
                 dataset, config, replay_cache_path(store), frequency=frequency,
-                limit=limit, policy=_policy(cfg),
+                limit=limit, policy=policy,
                 progress=lambda done, total, label=label: progress(label, done, total))
             replayed[key] = _with_questions(replayed[key], questions)
     out = {key: replayed[key] if key not in derived else derive_table(
