@@ -334,52 +334,64 @@ class ContextGraph:
         col_weight, col_updated, col_us = cols.weight, cols.updated_at, cols.updated_us
         touch = cols.touch
         make = MemoryEdge.in_columns
-        for s, d, kind, w, made, stamped, e in zip(
-                src, dst, types, weights, created_at, updated_at,
-                [None] * n if evidence is None else evidence, strict=True):
-            us = epoch_us(stamped)
-            targets = succ.get(s)
-            pair = None if targets is None else targets.get(d)
-            if (cols.exotic or type(w) is not float or us is None
-                    or _in_pair(pair, kind) is not None):  # or a key stored: rare
-                self.upsert_edge(MemoryEdge(s, d, kind, w, made, stamped, e))
-                continue
-            if s not in nodes:
-                self._ensure(s)
-            if d not in nodes:
-                self._ensure(d)
-            if targets is None:
-                targets = succ[s]
-            new_pair = pair is None
-            row = len(rows)
-            edge = make(cols, row, s, d, kind, made, e)
-            col_weight.append(w)
-            col_updated.append(stamped)
-            col_us.append(us)
-            touch(row)
-            targets[d] = _with(pair, edge)
-            sources = pred[d]
-            sources[s] = _with(sources.get(s), edge)
-            p, q = position[s], position[d]
-            if p != q:
-                if new_pair:  # `AdjacencyIndex.link`'s common case, inlined
-                    out, into = ends[p], ends[q]
-                    out[0].append(q)
-                    out[1].append(row)
-                    into[2].append(p)
-                    into[3].append(row)
+        # A batch's edges mostly share one time object (a memory's edges enter at its time)
+        last_stamped: object = None
+        last_us: int | None = None
+        added = 0
+        try:
+            for s, d, kind, w, made, stamped, e in zip(
+                    src, dst, types, weights, created_at, updated_at,
+                    [None] * n if evidence is None else evidence, strict=True):
+                if stamped is not last_stamped:
+                    last_stamped, last_us = stamped, epoch_us(stamped)
+                    if last_us is not None:
+                        cols.bound(last_us)
+                us = last_us
+                targets = succ.get(s)
+                pair = None if targets is None else targets.get(d)
+                if (cols.exotic or type(w) is not float or us is None
+                        or (pair is not None and _in_pair(pair, kind) is not None)):
+                    self.upsert_edge(MemoryEdge(s, d, kind, w, made, stamped, e))  # rare
+                    continue
+                if s not in nodes:
+                    self._ensure(s)
+                if d not in nodes:
+                    self._ensure(d)
+                if targets is None:
+                    targets = succ[s]
+                row = len(rows)
+                edge = make(cols, row, s, d, kind, made, e)
+                col_weight.append(w)
+                col_updated.append(stamped)
+                col_us.append(us)
+                touch(row)
+                p, q = position[s], position[d]
+                if pair is None:  # a new pair (`_with`; the pred side has none either)
+                    targets[d] = edge
+                    pred[d][s] = edge
+                    if p != q:    # `AdjacencyIndex.link`'s common case, inlined
+                        out, into = ends[p], ends[q]
+                        out[0].append(q)
+                        out[1].append(row)
+                        into[2].append(p)
+                        into[3].append(row)
                 else:
+                    targets[d] = _with(pair, edge)
+                    sources = pred[d]
+                    sources[s] = _with(sources.get(s), edge)
                     index.link(p, q, row, False)
-            rows.append(edge)
-            alive.append(1)
-            row_src.append(p)
-            row_dst.append(q)
-            row_sticky.append(kind in STICKY_EDGE_TYPES)
-            adjacent.pop(s, None)
-            adjacent.pop(d, None)
-            stale.add(p)
-            stale.add(q)
-            self.version += 1
+                rows.append(edge)
+                alive.append(1)
+                row_src.append(p)
+                row_dst.append(q)
+                row_sticky.append(kind in STICKY_EDGE_TYPES)
+                adjacent.pop(s, None)
+                adjacent.pop(d, None)
+                stale.add(p)
+                stale.add(q)
+                added += 1
+        finally:
+            self.version += added   # one bump per new edge, as `upsert_edge` did
 
     def remove_edge(self, edge: MemoryEdge) -> None:
         """Remove one key; an emptied (src, dst) pair loses its adjacency position."""
