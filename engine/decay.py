@@ -195,12 +195,15 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
                dst: array[int], weight: array[float], updated_us: array[int],
                anchor_us: array[int], floor: array[float], archived: bytearray,
                relevance: array[float], prev_us: int, known: BoolArray, best: FloatArray,
-               live: BoolArray, stamped_us: int, has_stamp: bool
+               live: BoolArray, stamped_us: int, has_stamp: bool, rows_within: bool
                ) -> tuple[bool, int, PositionArray, PositionArray, PositionArray, int]:
     """`_tick_one_by_one` on the columns, compiled by numba (`_kernel`): the edge rows
     (`ContextGraph.edge_rows`: alive, sticky, src, dst; holes skipped) in row order, then
     every node position. First it only reads: a span past 2^53 µs returns (False, ...)
-    with nothing written (then the loop ticks). Then it writes the edge pass into `weight`
+    with nothing written (then the loop ticks); with `rows_within` (the edge columns'
+    bounds say no row's span is one, `EdgeColumns.spans_within`) only the nodes' times
+    are read, which saves a read of every row's time: an eighth of a tick on a graph
+    larger than the CPU caches. Then it writes the edge pass into `weight`
     and `updated_us` (the graph's own columns) and the node pass into `relevance`, and
     returns (True, rows stamped, pruned rows, archived positions, nodes whose largest
     weight was found from their rows, the non-sticky rows it left at `stamped_us`: the
@@ -226,7 +229,7 @@ def _tick_rows(now_us: int, neg_lam: float, min_edge: float, min_node: float,
     n_changed = n_pruned = n_archive = 0
     # The spans, before anything is written: the times the passes below take a Δ of.
     last = 0
-    for row in range(n_rows):
+    for row in range(0 if rows_within else n_rows):
         if alive[row] and not sticky[row]:
             delta = now_us - updated_us[row]
             if delta != last:
@@ -355,9 +358,11 @@ def _plan_columns(graph: ContextGraph, cfg: DecayConfig, now: datetime,
         now_us, -lam, min_edge, float(cfg.min_node_relevance), node_pass, rows.alive,
         rows.sticky, rows.src, rows.dst, edges.weight, edges.updated_us, nodes.anchor_us,
         nodes.floor, nodes.archived_flags, nodes.relevance, prev_us, known, best, live,
-        edges.stamp_us or 0, edges.stamp_us is not None)
+        edges.stamp_us or 0, edges.stamp_us is not None,
+        edges.spans_within(now_us, _EXACT_INT))
     if not ok:
         return None
+    edges.bound(now_us)          # the rows it stamped
     return _ColumnPlan(now_us=now_us, n_stamped=int(n_stamped), left=left.tolist(),
                        pruned=cast(list[MemoryEdge],
                                    list(map(rows.edges.__getitem__, pruned.tolist()))),

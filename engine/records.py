@@ -57,6 +57,7 @@ _MICROSECOND = _EPOCH.resolution
 # same `now`); the memo is emptied when it grows past this many entries.
 _EPOCH_US: dict[datetime, int] = {}
 _EPOCH_US_SIZE = 1 << 18
+_NO_US = 1 << 62   # beyond any datetime's µs (year 9999 is below 2^58)
 
 
 def epoch_us(when: object) -> int | None:
@@ -236,12 +237,16 @@ class EdgeColumns:
     (`stamp`). A fold=1 time is exotic (`epoch_us`), so equal µs are equal times."""
 
     __slots__ = ("exotic", "stamp_at", "stamp_us", "touched", "touched_lost", "updated_at",
-                 "updated_us", "weight")
+                 "updated_us", "us_hi", "us_lo", "weight")
 
     def __init__(self) -> None:
         self.weight: MutableSequence[Any] = array("d")
         self.updated_at: list[Any] = []
         self.updated_us = array("q")   # 0 if exotic
+        # Bounds on every µs written (`spans_within`): removals and compaction leave them
+        # as they are, so they may be wider than what the rows hold, never narrower.
+        self.us_lo = _NO_US
+        self.us_hi = -_NO_US
         self.exotic = False
         self.stamp_us: int | None = None
         self.stamp_at: datetime | None = None
@@ -273,6 +278,18 @@ class EdgeColumns:
             return self.stamp_at
         return self.updated_at[row]
 
+    def bound(self, us: int) -> None:
+        """Note that some row's µs is `us` (`us_lo`, `us_hi`)."""
+        if us < self.us_lo:
+            self.us_lo = us
+        if us > self.us_hi:
+            self.us_hi = us
+
+    def spans_within(self, now_us: int, limit: int) -> bool:
+        """Whether every row's µs is less than `limit` µs from `now_us`, by the bounds
+        (False may be wrong, True never is): the farthest of them is one of the two."""
+        return abs(now_us - self.us_lo) < limit and abs(now_us - self.us_hi) < limit
+
     def stamp(self, now_us: int, now: datetime, left: list[int]) -> None:
         """A tick at `now` has stamped rows (their µs); `left`: the rows still at the last
         tick's µs, whose entries take that tick's `now` before `now` replaces it."""
@@ -303,6 +320,7 @@ class EdgeColumns:
             us = 0
         self.updated_at[row] = value
         self.updated_us[row] = us
+        self.bound(us)
         self.touch(row)
 
     def keep(self, alive: bytes | bytearray) -> None:
@@ -320,6 +338,7 @@ class _LooseEdge(EdgeColumns):
 
     touched: array[int] | None = None   # no decay tick reads these rows
     stamp_us: int | None = None
+    us_lo, us_hi = -_NO_US, _NO_US      # as wide as they go: never narrowed, never read
 
     def __init__(self, weight: Any, updated_at: Any) -> None:
         self.weight = [weight]

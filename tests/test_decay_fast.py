@@ -32,6 +32,7 @@ from msprlab.engine.graph import (
     MemoryEdge,
     MemoryNode,
 )
+from msprlab.engine.records import epoch_us
 
 T = datetime(2026, 1, 1)
 
@@ -381,6 +382,45 @@ def test_an_edge_centuries_old_sends_the_tick_to_the_loop_with_nothing_written(
     tick_both(graph, DecayConfig(), T + timedelta(hours=2))
     assert len(calls) == 1
 
+
+
+@pytest.mark.parametrize("when", [datetime(1700, 1, 1), datetime(2400, 1, 1)],
+                         ids=["centuries old", "centuries ahead"])
+def test_a_bulk_loaded_edge_centuries_away_sends_the_tick_to_the_loop(
+        when: datetime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel reads no row's time when the edge columns' bounds vouch for every span
+    (`EdgeColumns.spans_within`), so a time far from the tick's, loaded in bulk
+    (`upsert_edges`) after the first tick, must widen the bounds: then the spans are read
+    and the tick goes to the loop."""
+    graph = small_graph()
+    tick_both(graph, DecayConfig(), T + timedelta(hours=1))
+    graph.upsert_edges(["m0", "m1"], ["m2", "m0"], [EdgeType.TEMPORAL_NEXT] * 2, [0.5, 0.7],
+                       [T, T], [T, when])
+    loop, calls = decay._tick_one_by_one, []
+
+    def counted(*args: Any) -> DecayReport:
+        calls.append(args)
+        return loop(*args)
+    monkeypatch.setattr(decay, "_tick_one_by_one", counted)
+    tick_both(graph, DecayConfig(), T + timedelta(hours=2))
+    assert len(calls) == 1
+
+
+def test_the_edge_bounds_let_a_tick_skip_reading_the_rows_only_when_they_vouch() -> None:
+    """Bounds that every written time lies in (removals and compaction may leave them
+    wider, never narrower), and the check on both sides of the tick's time."""
+    graph = small_graph()
+    cols = graph.edge_columns
+    times = [epoch_us(t) for t in cols.updated_at]
+    assert (cols.us_lo, cols.us_hi) == (min(times), max(times))
+    now = epoch_us(T)
+    assert now is not None and cols.spans_within(now, 1 << 53)
+    assert not cols.spans_within(now + (1 << 53) + max(times), 1 << 53)
+    assert not cols.spans_within(min(times) - (1 << 53), 1 << 53)
+    tick_decay(graph, DecayConfig(), T + timedelta(hours=3))   # stamps rows at its time
+    assert (cols.us_lo, cols.us_hi) == (min(times), epoch_us(T + timedelta(hours=3)))
+    graph.remove_edges(list(graph.edges()))
+    assert (cols.us_lo, cols.us_hi) == (min(times), epoch_us(T + timedelta(hours=3)))
 
 # --- ContextGraph.edge_rows and remove_edges ---------------------------------------
 def check_rows(graph: ContextGraph, added: list[MemoryEdge]) -> None:
