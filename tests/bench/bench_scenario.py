@@ -12,8 +12,10 @@ folder as `msprlab` writes JSON. Both sides take that file in and write an outpu
   replayed through it), its output written the same way.
 
 Printed: each side's time per search event (its whole time over the number of searches)
-and the ratio, library / runner; the ceiling of that ratio were everything but the
-engine's searches (and parsing the JSON) free; the runner's breakdown (load and validate,
+and the ratio, library / runner; its ceilings, were parts of the runner free (validating
+and writing: the file handling beyond parsing; then all but parsing and the searches;
+then all but the searches), and where the issue's aim (>= 50x) stands against the first;
+the runner's breakdown (load and validate,
 with what parsing the JSON alone costs beside it; building the state; the searches; the
 rest of the replay, which is the feedback events and assembling the output; writing the
 file); and whether the two outputs agree (`scenario_diff`, SCENARIOS.md's tolerances).
@@ -58,6 +60,7 @@ from msprlab.datasets import strict_json
 from msprlab.datasets.atomic import write_json_atomic
 
 ALGORITHM = "bfs"
+AIM = 50.0  # issue 25's aim for the ratio
 FEEDBACK_QUERY = "what is w1 w2"
 
 
@@ -224,6 +227,25 @@ def print_breakdown(runner: RunnerRound, events: int) -> None:
         print(f"  load + validate is {runner.load / runner.parse:.2f}x parsing the JSON alone")
 
 
+def print_ceilings(library: float, runner: RunnerRound, ratio: float) -> None:
+    """What the ratio would be were parts of the runner free, and where the aim stands.
+
+    Building the state is the engine's own work (the library builds its Memory too), so the
+    ceiling that file handling sets is the one with validating and writing free."""
+    free_files = library / (runner.parse + runner.build + runner.searches)
+    print("ceilings, what the ratio would be if the rest of the runner cost nothing:")
+    print(f"  validating and writing free (parse, build, searches left): {free_files:.1f}x; "
+          f"the runner is at {100 * ratio / free_files:.0f}% of it")
+    print(f"  all but parsing the JSON and the searches free: "
+          f"{library / (runner.parse + runner.searches):.1f}x")
+    print(f"  all but the searches free: {library / runner.searches:.1f}x")
+    verdict = "met" if ratio >= AIM else "not met"
+    where = ("above what free file handling would give on this run, so only a faster state "
+             "build or search could reach it" if free_files < AIM else
+             "within what free file handling would give on this run")
+    print(f"aim >= {AIM:g}x (issue 25): {verdict}; it is {where}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=10_000)
@@ -265,13 +287,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"library: {_ms(library.total, events):>10} per search event "
                   f"({library.total:.1f} s; its Memory.search calls "
                   f"{100 * library.searches / library.total:.0f}% of it)")
-            print(f"ratio library / runner: {ratio:.1f}x [{low:.1f}-{high:.1f}], target >= 50x; "
-                  f"outputs {agreement(library.output, runner.output)}")
-            searches_only = library.total / runner.searches
-            with_parse = library.total / (runner.parse + runner.searches)
-            print(f"ceiling: library / (the runner's searches) {searches_only:.1f}x, library / "
-                  f"(parsing the JSON + the searches) {with_parse:.1f}x: what the ratio would "
-                  "be if everything else cost nothing")
+            print(f"ratio library / runner: {ratio:.1f}x [{low:.1f}-{high:.1f}]; outputs "
+                  f"{agreement(library.output, runner.output)}")
+            print_ceilings(library.total, runner, ratio)
         else:
             rate = bench_engine.LIBRARY_REFERENCE[ALGORITHM][10_000]
             why = "--no-library" if installed else "the ContextKit library is not installed"
@@ -279,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   "searches/s at 10,000 memories, searches only: reference, NOT measured in "
                   f"this run ({why})")
             print(f"ratio library / runner: {(1 / rate) / (runner.total / events):.1f}x "
-                  "(against the reference), target >= 50x")
+                  f"(against the reference); aim >= {AIM:g}x")
         print_breakdown(runner, events)
         print(f"  (median of the per-round parse/load ratio: "
               f"{statistics.median(r.load / r.parse for r in rounds):.2f}x)", flush=True)
