@@ -373,15 +373,19 @@ def test_an_edge_centuries_old_sends_the_tick_to_the_loop_with_nothing_written(
     it was."""
     graph = small_graph()
     graph.edge_rows().edges[-1].updated_at = datetime(1700, 1, 1)
+    assert loop_ticks(graph, T + timedelta(hours=2), monkeypatch) == 1
+
+
+def loop_ticks(graph: ContextGraph, now: datetime, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`tick_both` at `now`, and how many times the library's loop ticked."""
     loop, calls = decay._tick_one_by_one, []
 
     def counted(*args: Any) -> DecayReport:
         calls.append(args)
         return loop(*args)
     monkeypatch.setattr(decay, "_tick_one_by_one", counted)
-    tick_both(graph, DecayConfig(), T + timedelta(hours=2))
-    assert len(calls) == 1
-
+    tick_both(graph, DecayConfig(), now)
+    return len(calls)
 
 
 @pytest.mark.parametrize("when", [datetime(1700, 1, 1), datetime(2400, 1, 1)],
@@ -396,14 +400,7 @@ def test_a_bulk_loaded_edge_centuries_away_sends_the_tick_to_the_loop(
     tick_both(graph, DecayConfig(), T + timedelta(hours=1))
     graph.upsert_edges(["m0", "m1"], ["m2", "m0"], [EdgeType.TEMPORAL_NEXT] * 2, [0.5, 0.7],
                        [T, T], [T, when])
-    loop, calls = decay._tick_one_by_one, []
-
-    def counted(*args: Any) -> DecayReport:
-        calls.append(args)
-        return loop(*args)
-    monkeypatch.setattr(decay, "_tick_one_by_one", counted)
-    tick_both(graph, DecayConfig(), T + timedelta(hours=2))
-    assert len(calls) == 1
+    assert loop_ticks(graph, T + timedelta(hours=2), monkeypatch) == 1
 
 
 def test_the_edge_bounds_let_a_tick_skip_reading_the_rows_only_when_they_vouch() -> None:
