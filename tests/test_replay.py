@@ -4,6 +4,7 @@ Scorer's fast metrics against the slow path."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -180,6 +181,32 @@ def test_replays_inside_shared_by_replays_share_what_they_read_and_give_the_same
     for got, want in ((again, table), (off_again, alone)):
         assert_frame_equal(got.searches, want.searches, check_exact=True)
         assert_frame_equal(got.candidates, want.candidates, check_exact=True)
+
+
+def test_timelines_inside_shared_by_replays_make_each_payload_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each memory's payload and node hash are made once for the replays inside (the store
+    keeps its own copy of a payload put in it); the states equal one built alone."""
+    from msprlab.datasets import timeline
+    from msprlab.engine import new_state
+    log, _ = world(1)
+    made, payload = [], timeline._payload
+    monkeypatch.setattr(timeline, "_payload", lambda row: made.append(row) or payload(row))
+
+    def advanced() -> Any:
+        state = new_state(FULL)
+        timeline.Timeline(log, timeline.corpus_of(log), state).advance(1 << 62)
+        return state
+    alone = advanced()
+    with timeline.shared_by_replays(log):
+        first, second = advanced(), advanced()
+    assert len(made) == 2 * log.memories.height
+    for state in (first, second):
+        assert state.payloads == alone.payloads and len(alone.payloads) > 0
+        assert [(n.id, n.hash, n.created_at, n.updated_at, n.user_id, n.metadata)
+                for n in state.graph.nodes.values() if n is not None] == [
+            (n.id, n.hash, n.created_at, n.updated_at, n.user_id, n.metadata)
+            for n in alone.graph.nodes.values() if n is not None]
 
 
 def test_bad_input_is_refused_with_a_reason() -> None:
