@@ -72,6 +72,7 @@ from .schema import EVENTS, QUERY_EMBEDDINGS, Dataset
 from .timeline import (
     Corpus,
     Timeline,
+    collector_paused,
     corpus_of,
     owner_cosine_seeds,
     project_queries,
@@ -236,9 +237,10 @@ def simulate_log(
                                 start_us, float(mean_gap_seconds))
     variants = rng.choice(len(_VARIANTS), size=n_searches, p=_VARIANT_P)
     users = SimulatedUsers(click_model, verdicts, rng)
-    log = _replay(dataset, corpus, new_state(logging_config), vectors, seeds_fn, users,
-                  [(int(q), int(t), int(v)) for q, t, v in zip(picks, times, variants,
-                                                                strict=True)], limit)
+    with collector_paused():
+        log = _replay(dataset, corpus, new_state(logging_config), vectors, seeds_fn, users,
+                      [(int(q), int(t), int(v)) for q, t, v in zip(picks, times, variants,
+                                                                    strict=True)], limit)
     kept = dataset.events.select(list(EVENTS))
     if kept.height == 0:
         kept = memory_events(dataset.memories)

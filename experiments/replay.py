@@ -39,14 +39,12 @@ its graded judgment. `CandidateTable.block()` hands them to the batch scorer
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import operator
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -59,6 +57,7 @@ from msprlab.datasets.schema import Dataset
 from msprlab.datasets.timeline import (
     SeedPlan,
     Timeline,
+    collector_paused,
     corpus_of,
     project_queries,
     to_datetime,
@@ -339,28 +338,10 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
                               "hits as they are and there is no ranking to tune")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
         raise ExperimentError(f"replay: limit must be an integer or None, got {limit!r}")
-    with _gc_paused():
+    with collector_paused():
         return _replay(ds, config, frequency=frequency, limit=limit, policy=policy,
                        classifier=classifier, progress=progress,
                        engine_rankings=engine_rankings, seed_index=seed_index)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while the replay runs, as it was after.
-
-    The replay makes no reference cycles: its objects are freed by reference counting.
-    But the collector's passes, set off by the engine state it grows, walk that state and
-    everything else the process holds: in a LoCoMo replay of 2,000 searches they freed
-    nothing and took 3-10% of the time (a full pass ~0.25 s).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,

@@ -304,3 +304,33 @@ def test_bad_inputs_are_rejected(corpus, log) -> None:
     no_vectors = replace(ds, embeddings=ds.embeddings.clear())
     with pytest.raises(ValueError, match="has no embeddings, so the default seeds"):
         run((no_vectors, None))
+
+
+def test_the_logging_replay_runs_with_the_collector_off_and_leaves_it_as_it_was(
+        corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector's passes walk the growing engine state and free nothing (a replay
+    makes no cycles): off inside, as it was after, also when the replay raises."""
+    import gc
+    inside, replay = [], simulate_module._replay
+
+    def recorded(*args, **kwargs):
+        inside.append(gc.isenabled())
+        return replay(*args, **kwargs)
+    monkeypatch.setattr(simulate_module, "_replay", recorded)
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            run(corpus)
+            assert gc.isenabled() is enabled
+        def failing(*args, **kwargs):
+            inside.append(gc.isenabled())
+            raise RuntimeError("the logging ranker failed")
+        monkeypatch.setattr(simulate_module, "_replay", failing)
+        gc.enable()
+        with pytest.raises(RuntimeError, match="logging ranker failed"):
+            run(corpus)
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert inside == [False, False, False]
