@@ -15,10 +15,12 @@ Printed: each side's time per search event (its whole time over the number of se
 and the ratio, library / runner; its ceilings, were parts of the runner free (validating
 and writing: the file handling beyond parsing; then all but parsing and the searches;
 then all but the searches), and where the issue's aim (>= 50x) stands against the first;
-the runner's breakdown (load and validate,
-with what parsing the JSON alone costs beside it; building the state; the searches; the
-rest of the replay, which is the feedback events and assembling the output; writing the
-file); and whether the two outputs agree (`scenario_diff`, SCENARIOS.md's tolerances).
+the runner's breakdown (load and validate, with what parsing the JSON alone costs beside
+it; building the state; the searches; the rest of the replay, which is the feedback events
+and assembling the output; writing the file, with what the stdlib's `json.dumps(indent=1)`
+of the same document costs beside it: the two references from outside msprlab that file
+handling is held to); and whether the two outputs agree (`scenario_diff`, SCENARIOS.md's
+tolerances).
 The searches include the first one's indexing of every memory (engine/positional.py), as
 a run of the command pays it, and the collector runs as the command runs it
 (`scenario_run.spaced_gc`).
@@ -96,6 +98,7 @@ class RunnerRound:
 
     total: float = 0.0
     parse: float = 0.0       # strict JSON parsing of the file alone, timed apart (reference)
+    dumps: float = 0.0       # json.dumps(output, indent=1), the text written, apart (reference)
     load: float = 0.0        # load_scenario: read, parse and validate
     build: float = 0.0       # build_state
     searches: float = 0.0    # the engine's search calls
@@ -160,6 +163,11 @@ def run_runner(path: Path, out: Path) -> RunnerRound:
     if status != 0:
         raise RuntimeError(f"msprlab scenario run exited {status} on {path}")
     times.output = out / f"{path.stem}.out.json"
+    document = json.loads(times.output.read_text(encoding="utf-8"))
+    with scenario_run.spaced_gc():
+        start = time.perf_counter()
+        json.dumps(document, indent=1)  # the stdlib's own way to the text the runner writes
+        times.dumps = time.perf_counter() - start
     return times
 
 
@@ -225,6 +233,9 @@ def print_breakdown(runner: RunnerRound, events: int) -> None:
               f"{_ms(seconds, events):>10} per search event")
     if runner.parse > 0:
         print(f"  load + validate is {runner.load / runner.parse:.2f}x parsing the JSON alone")
+    if runner.dumps > 0:
+        print(f"  writing is {runner.write / runner.dumps:.2f}x json.dumps(indent=1) of the same "
+              f"document ({runner.dumps:.3f} s apart, median), the text it writes")
 
 
 def print_ceilings(library: float, runner: RunnerRound, ratio: float) -> None:
@@ -280,7 +291,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Parsing is timed apart, once a round, and one parse can catch the collector or a
         # page-fault storm: the breakdown and ceilings use the median of the rounds' parses.
         runner = replace(ordered[len(ordered) // 2],
-                          parse=statistics.median(r.parse for r in rounds))
+                         parse=statistics.median(r.parse for r in rounds),
+                         dumps=statistics.median(r.dumps for r in rounds))
         spread = ", ".join(f"{r.total:.2f}" for r in rounds)
         print(f"runner:  {_ms(runner.total, events):>10} per search event (median of "
               f"{len(rounds)} rounds; seconds per round: {spread})")
