@@ -22,6 +22,7 @@ def test_the_runner_round_times_its_parts(tmp_path: Path) -> None:
     assert 0 < times.build <= times.replay
     assert 0 < times.searches <= times.replay
     assert times.load + times.replay + times.write <= times.total
+    assert times.parse > 0 and times.dumps > 0   # the stdlib references beside load and write
 
 
 def test_without_the_library_the_figure_is_a_reference(
@@ -29,3 +30,4 @@ def test_without_the_library_the_figure_is_a_reference(
     main(["--memories", "200", "--searches", "3", "--rounds", "1", "--no-library"])
     out = capsys.readouterr().out
     assert "reference, NOT measured" in out and "load + validate" in out
+    assert "x json.dumps(indent=1) of the same document" in out
