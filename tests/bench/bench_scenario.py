@@ -139,10 +139,7 @@ def run_runner(path: Path, out: Path) -> RunnerRound:
     from msprlab.experiments.parity import scenario_run
 
     times = RunnerRound()
-    with scenario_run.spaced_gc():  # as the runner loads
-        start = time.perf_counter()
-        strict_json.loads(path.read_text(encoding="utf-8"))
-        times.parse = time.perf_counter() - start
+    times.parse = _apart(lambda: strict_json.loads(path.read_text(encoding="utf-8")))
 
     def adder(name: str) -> Callable[[float], None]:
         def add(seconds: float) -> None:
@@ -164,11 +161,20 @@ def run_runner(path: Path, out: Path) -> RunnerRound:
         raise RuntimeError(f"msprlab scenario run exited {status} on {path}")
     times.output = out / f"{path.stem}.out.json"
     document = json.loads(times.output.read_text(encoding="utf-8"))
+    # the stdlib's own way to the text the runner writes
+    times.dumps = _apart(lambda: json.dumps(document, indent=1))
+    return times
+
+
+def _apart(work: Callable[[], Any]) -> float:
+    """Seconds of one `work()`, timed outside the run, with the collector as the runner
+    has it (`scenario_run.spaced_gc`): a stdlib reference beside a part of the run."""
+    from msprlab.experiments.parity import scenario_run
+
     with scenario_run.spaced_gc():
         start = time.perf_counter()
-        json.dumps(document, indent=1)  # the stdlib's own way to the text the runner writes
-        times.dumps = time.perf_counter() - start
-    return times
+        work()
+        return time.perf_counter() - start
 
 
 # ---- the library ---------------------------------------------------------------------------
@@ -288,8 +294,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         library = run_library(path, folder / "library") if measure else None
         rounds += [run_runner(path, folder / f"runner-{i}") for i in range(1, args.rounds)]
         ordered = sorted(rounds, key=lambda r: r.total)
-        # Parsing is timed apart, once a round, and one parse can catch the collector or a
-        # page-fault storm: the breakdown and ceilings use the median of the rounds' parses.
+        # The stdlib references are timed apart, once a round, and one can catch the
+        # collector or a page-fault storm: the breakdown and ceilings use their medians.
         runner = replace(ordered[len(ordered) // 2],
                          parse=statistics.median(r.parse for r in rounds),
                          dumps=statistics.median(r.dumps for r in rounds))

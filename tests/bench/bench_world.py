@@ -26,7 +26,6 @@ import argparse
 import multiprocessing
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.bench_metrics import median_time
 from rich.console import Console
 from rich.table import Table
 
@@ -84,17 +84,17 @@ def _timed(stages: list[Stage], name: str, work: Callable[[], Any], note: str = 
 
 
 def calibration_loop(repeats: int = 5) -> float:
-    """Seconds for a fixed pure-Python loop, the median of `repeats`: the machine's speed
-    now, to compare runs by (the same loop takes longer when the host is busy, whatever
-    msprlab does)."""
-    times = []
-    for _ in range(repeats + 1):  # the first is a warm-up, dropped
-        started = time.perf_counter()
+    """Seconds for a fixed pure-Python loop, the median of `repeats` after a warm-up: the
+    machine's speed now, to compare runs by (the same loop takes longer when the host is
+    busy, whatever msprlab does)."""
+    def loop() -> int:
         total = 0
         for i in range(1_000_000):
             total += i * i % 7
-        times.append(time.perf_counter() - started)
-    return statistics.median(times[1:])
+        return total
+
+    loop()
+    return median_time(loop, repeats)[0]
 
 
 def memory_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
@@ -104,12 +104,9 @@ def memory_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
 
     source = np.ones(megabytes * 2**20 // 8)
     target = np.empty_like(source)
-    times = []
-    for _ in range(repeats + 1):
-        started = time.perf_counter()
-        np.copyto(target, source)
-        times.append(time.perf_counter() - started)
-    return 2 * source.nbytes / statistics.median(times[1:]) / 1e9  # read and written
+    np.copyto(target, source)
+    seconds, _ = median_time(lambda: np.copyto(target, source), repeats)
+    return 2 * source.nbytes / seconds / 1e9  # read and written
 
 
 def _cpu_jiffies() -> tuple[int, int] | None:
