@@ -21,9 +21,9 @@ and for an experiment's per-search frames (arm -> frame on one window):
 `[decision]` table, `render` the tables and captions every output shares.
 """
 
+from . import inference
 from .family import Comparison, Judged, by_group, confirmatory, family_pairs
 from .guardrails import group_guardrails, judged_guardrail, noninferior
-from . import inference
 from .inference import (
     Estimate,
     interval,
@@ -38,9 +38,30 @@ from .pairs import estimate_of, paired_queries
 from .rule import COLUMNS, VERDICTS, Candidate, Guardrail, decide
 from .settings import DecisionSettings
 
-__all__ = ["COLUMNS", "VERDICTS", "Candidate", "Comparison", "DecisionSettings", "Estimate",
-           "Guardrail", "Judged", "by_group", "confirmatory", "decide", "estimate_of",
-           "family_pairs",
-           "group_guardrails", "interval", "judged_guardrail", "lower_bound", "mde",
-           "noninferior", "noninferiority_p", "paired_estimate", "paired_queries", "tost_p",
-           "two_sided_p"]
+__all__ = [
+    "COLUMNS",
+    "VERDICTS",
+    "Candidate",
+    "Comparison",
+    "DecisionSettings",
+    "Estimate",
+    "Guardrail",
+    "Judged",
+    "by_group",
+    "confirmatory",
+    "decide",
+    "estimate_of",
+    "family_pairs",
+    "group_guardrails",
+    "inference",
+    "interval",
+    "judged_guardrail",
+    "lower_bound",
+    "mde",
+    "noninferior",
+    "noninferiority_p",
+    "paired_estimate",
+    "paired_queries",
+    "tost_p",
+    "two_sided_p",
+]

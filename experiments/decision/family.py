@@ -18,14 +18,13 @@ per group of one column (the per-intent verdicts), a family of its own.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import polars as pl
 
 from .guardrails import group_guardrails, judged_guardrail
-from .pairs import estimate_of, means, paired_queries
+from .pairs import estimate_of, mean_of, means, paired_queries
 from .rule import Candidate, decide
 from .settings import DecisionSettings
 
@@ -88,9 +87,9 @@ def candidate_of(comparison: Comparison, frames: Mapping[str, pl.DataFrame],
                               min_support=min_support, margin=settings.noninferiority_margin,
                               alpha=settings.alpha)
     if judged is not None:
-        shares = [float(paired[f"{side}:{judged.metric}"].mean()) if paired.height
-                  else math.nan for side in ("candidate", "reference")]
-        guards = (*guards, judged_guardrail(judged.metric, *shares, judged.ratio))
+        guards = (*guards, judged_guardrail(
+            judged.metric, mean_of(paired, f"candidate:{judged.metric}"),
+            mean_of(paired, f"reference:{judged.metric}"), judged.ratio))
     mean_candidate, mean_reference = means(paired, settings.unit)
     return Candidate(comparison.name, comparison.reference, estimate_of(paired, settings.unit),
                      guards, mean_candidate=mean_candidate, mean_reference=mean_reference)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import polars as pl
 
 from .inference import Estimate, paired_estimate
 
-__all__ = ["estimate_of", "means", "paired_queries"]
+__all__ = ["estimate_of", "mean_of", "means", "paired_queries"]
 
 
 def paired_queries(candidate: pl.DataFrame, reference: pl.DataFrame, metric: str,
@@ -54,7 +55,14 @@ def means(paired: pl.DataFrame, unit: str) -> tuple[float, float]:
     if not paired.height:
         return math.nan, math.nan
     if unit == "query":
-        return float(paired["candidate"].mean()), float(paired["reference"].mean())
-    w = float(paired["searches"].sum())
-    return (float(paired["candidate_total"].sum()) / w,
-            float(paired["reference_total"].sum()) / w)
+        return mean_of(paired, "candidate"), mean_of(paired, "reference")
+    w = float(paired["searches"].to_numpy().sum())
+    return (float(paired["candidate_total"].to_numpy().sum()) / w,
+            float(paired["reference_total"].to_numpy().sum()) / w)
+
+
+def mean_of(frame: pl.DataFrame, column: str) -> float:
+    """The mean of a column's values (NaN where it has none)."""
+    values = frame[column].cast(pl.Float64).fill_null(math.nan).to_numpy()
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if values.size else math.nan
