@@ -15,7 +15,6 @@ import pytest
 
 from msprlab.datasets.store import load_dataset
 from msprlab.experiments.arms import experiment_arms
-from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import ExperimentError, load_experiment
 from msprlab.experiments.fidelity.candidates import (
     feedback_options,
@@ -30,15 +29,9 @@ WORLD = Path(__file__).parent / "fixtures" / "contextkit_world"
 SHIPPED = Path(__file__).parents[1] / "experiments" / "configs" / "contextkit.toml"
 
 
-@pytest.fixture(scope="module")
-def world_store(tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("world") / "ck.duckdb"
-    assert main(["ingest", "contextkit", "--feedback-db", str(WORLD / "feedback_events.db"),
-                 "--success-db", str(WORLD / "query_success.db"),
-                 "--graph-jsonl", str(WORLD / "context_graph.jsonl"),
-                 "--qdrant-path", str(WORLD / "qdrant"), "--query-embedder", "wordllama",
-                 "--store", str(store)]) == 0
-    return store
+@pytest.fixture
+def world_store(contextkit_world_store) -> Path:
+    return contextkit_world_store
 
 
 def definition(tmp_path: Path, store: Path, *replacements: tuple[str, str],

@@ -53,16 +53,9 @@ def test_agreement_is_kendall_and_pearson_over_the_arms() -> None:
     assert res["tau"] != res["tau"]  # NaN: a constant metric orders nothing
 
 
-@pytest.fixture(scope="module")
-def world_store(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("world")
-    store = root / "runs" / "contextkit.duckdb"
-    assert main(["ingest", "contextkit", "--feedback-db", str(WORLD / "feedback_events.db"),
-                 "--success-db", str(WORLD / "query_success.db"),
-                 "--graph-jsonl", str(WORLD / "context_graph.jsonl"),
-                 "--qdrant-path", str(WORLD / "qdrant"), "--query-embedder", "wordllama",
-                 "--store", str(store)]) == 0
-    return store
+@pytest.fixture
+def world_store(contextkit_world_store) -> Path:
+    return contextkit_world_store
 
 
 def test_the_world_checks_verdicts_against_its_truth(world_store, tmp_path, capsys) -> None:

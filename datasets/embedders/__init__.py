@@ -10,7 +10,7 @@ a replay finds production's seeds only when the queries are embedded as producti
 from .imported import CallableEmbedder
 from .openai_http import HttpEmbedder
 from .options import EmbedderError, EmbedderOptions
-from .spec import query_embedder
+from .spec import query_embedder, shipped_embedder
 
 __all__ = ["CallableEmbedder", "EmbedderError", "EmbedderOptions", "HttpEmbedder",
-           "query_embedder"]
+           "query_embedder", "shipped_embedder"]

@@ -47,15 +47,11 @@ def _reader(load: Callable[[ProgressCallback], Dataset], embedder: Any, *,
 
 def _embedder(name: str, flag: str = "--embedder") -> Any:
     """The embedder `--embedder NAME` names, or BadInput saying what to install or pick."""
-    from msprlab.datasets.embed import EMBEDDERS, make_embedder
+    from msprlab.datasets.embedders import EmbedderError, shipped_embedder
     try:
-        return make_embedder(name)
-    except ImportError as exc:
-        raise BadInput(f"{flag} {name}: {exc}") from None
-    except (ValueError, TypeError):
-        usable = ", ".join(n for n in sorted(EMBEDDERS) if n != "sentence-transformers")
-        raise BadInput(f"{flag} {name!r}: not an embedder ingest can build by name; "
-                       f"use one of {usable}") from None
+        return shipped_embedder(name, flag=flag)
+    except EmbedderError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def _query_embedder(args: argparse.Namespace) -> Any:

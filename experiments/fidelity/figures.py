@@ -45,9 +45,22 @@ FIGURES = ("nodes", "edges", "deltas", "in_top", "ranks")
 
 
 @dataclass(frozen=True)
-class Figures:
-    """One replay's fidelity (module docstring); a share is None where nothing could be
-    compared (no verdict records, no recorded rank)."""
+class Ranked:
+    """The ranking figures of one arm on one table (`Figures` has their meaning)."""
+
+    in_top: float | None
+    in_top_helpful: float | None
+    in_top_n: int
+    ranks: float | None
+    ranks_n: int
+    rank_distance: float | None
+
+
+@dataclass(frozen=True)
+class Figures(Ranked):
+    """One replay's fidelity (module docstring): the end state's figures beside the
+    ranking's (`Ranked`); a share is None where nothing could be compared (no verdict
+    records, no recorded rank)."""
 
     k: int
     nodes: float
@@ -58,12 +71,6 @@ class Figures:
     edges_extra: int     # the replay's edges production does not hold
     deltas: float | None
     deltas_n: int
-    in_top: float | None
-    in_top_helpful: float | None
-    in_top_n: int
-    ranks: float | None
-    ranks_n: int
-    rank_distance: float | None
     access: float
 
     def as_dict(self) -> dict[str, Any]:
@@ -147,18 +154,6 @@ def _occurrence_ranks(production: Production, table: CandidateTable,
     return asked.sort("ts").join_asof(searches, on="ts", by=["user_id", "question"],
                                       strategy="backward", check_sortedness=False).filter(
         pl.col("search").is_not_null())
-
-
-@dataclass(frozen=True)
-class Ranked:
-    """The ranking figures of one arm on one table (`Figures` has their meaning)."""
-
-    in_top: float | None
-    in_top_helpful: float | None
-    in_top_n: int
-    ranks: float | None
-    ranks_n: int
-    rank_distance: float | None
 
 
 def ranking_figures(production: Production, table: CandidateTable, events: pl.DataFrame,
