@@ -113,7 +113,7 @@ class _Replayer:
     questions: dict[str, str]
     k: int
     progress: Stage
-    count: int = 0
+    projected: bool
 
     def key(self, config: EngineConfig) -> str:
         cfg = self.cfg
@@ -136,7 +136,6 @@ class _Replayer:
             cached = json.loads(path.read_text(encoding="utf-8"))
             return Figures(**cached), None
         box: dict[str, EngineState] = {}
-        self.count += 1
         cfg = self.cfg
         table = replay(self.prepared.dataset, config, frequency=cfg.replay.frequency,  # type: ignore[arg-type]
                        limit=cfg.replay.limit or None,
@@ -165,7 +164,9 @@ def _ranking_score(f: Figures) -> tuple[float, ...]:
 
 
 def _search(run: _Replayer, definition: Candidate) -> list[Candidate]:
-    """The candidates of `candidates` (module docstring there), tried in turn."""
+    """The candidates of `candidates` (module docstring there), tried in turn; the weights
+    only where the queries are embedded (projected queries find other seeds, and weights
+    that make up for them are not production's)."""
     cfg, production = run.cfg, run.production
     states = [definition]
     decays = [(name, replace(cfg.engine, decay=d))
@@ -184,6 +185,8 @@ def _search(run: _Replayer, definition: Candidate) -> list[Candidate]:
     if table is None:  # its figures came from the cache: replay it for the weights
         _, table = run.measure(top.config, top.name, fresh=True)
     assert table is not None
+    if run.projected:  # wrong seeds: no weights would say what production ran
+        return states
     weighted = _weights(run, top, table)
     return [*states, *([weighted] if weighted is not top else [])]
 
@@ -224,7 +227,8 @@ def fidelity_stage(cfg: ExperimentConfig, prepared: Prepared,
         if "question" in first.searches.columns else {}
     seeds = str(first.meta.get("seeds", ""))
     projected = "projected" in seeds
-    run = _Replayer(cfg, prepared, production, questions, cfg.dataset.verdict_limit, progress)
+    run = _Replayer(cfg, prepared, production, questions, cfg.dataset.verdict_limit, progress,
+                    projected)
     with shared_by_replays(prepared.dataset):
         figures, _ = run.measure(cfg.engine, "the definition's [engine]")
         thresholds = settings.thresholds()
