@@ -342,6 +342,10 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
                               "hits as they are and there is no ranking to tune")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
         raise ExperimentError(f"replay: limit must be an integer or None, got {limit!r}")
+    if ds.source == "contextkit" and config.decay.enabled:
+        # a ContextKit snapshot holds decayed weights: enter the edges at creation weight
+        from msprlab.datasets.sources.contextkit import edges_at_creation
+        ds = edges_at_creation(ds, config.decay.half_life_days)
     with collector_paused():
         return _replay(ds, config, frequency=frequency, limit=limit, policy=policy,
                        classifier=classifier, progress=progress,

@@ -172,3 +172,26 @@ def test_feedback_deltas_and_the_cap_are_read_off_the_records():
     assert changes["mspr.feedback.max_boost_per_memory"] == (0.6, 0.25)
     same = replace(cfg.engine, mspr=config.mspr)
     assert list(feedback_options(same, records)) == []  # nothing to try: already the same
+
+
+def test_a_decayed_snapshots_edges_are_entered_at_their_creation_weights():
+    from msprlab.datasets.schema import EDGES, Dataset
+    from msprlab.datasets.sources.contextkit import edges_at_creation, last_tick
+    t0 = datetime(2026, 1, 1)
+    half = 30.0
+    decayed = 0.6 * math.exp(-math.log(2) / (half * 24) * 100)  # 100 hours of decay
+    edges = pl.DataFrame({
+        "src": ["a", "b", "c", "d"], "dst": ["b", "c", "d", "a"],
+        "type": ["TEMPORAL_NEXT", "CAUSAL", "REPLY_TO", "TOPIC_SIMILAR"],
+        "weight": [decayed, 0.5, 1.0, 0.9],
+        "created_at": [t0] * 4,
+        "updated_at": [t0 + timedelta(hours=100), t0 + timedelta(hours=200), t0,
+                       t0 + timedelta(hours=10_000)],
+        "evidence": [None] * 4}, schema=EDGES)
+    ds = Dataset("contextkit", "1", "x", edges=edges)
+    restored = edges_at_creation(ds, half).edges["weight"].to_list()
+    assert restored[0] == pytest.approx(0.6, rel=1e-12)
+    assert restored[1:3] == [0.5, 1.0]  # decay skips CAUSAL; REPLY_TO was never changed
+    assert restored[3] == 1.0  # capped: no weight is created above 1
+    assert last_tick(edges) == t0 + timedelta(hours=10_000)
+    assert last_tick(edges.filter(pl.col("type") == "REPLY_TO")) is None

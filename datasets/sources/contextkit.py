@@ -61,11 +61,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import pickle
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -88,7 +89,8 @@ from ..store import Progress
 from ..strict_json import DuplicateKeyError, loads
 from ..validate import IngestError, show, validate
 
-__all__ = ["DEFAULT_COLLECTION", "EMBEDDER", "FLAGS", "NODE_STATE_KEY", "load_contextkit"]
+__all__ = ["DEFAULT_COLLECTION", "EMBEDDER", "FLAGS", "NODE_STATE_KEY", "edges_at_creation",
+           "last_tick", "load_contextkit"]
 
 SOURCE = "contextkit"
 VERSION = "outhad-contextkitai 0.1.4 artifacts (graph export envelope 1)"
@@ -656,3 +658,35 @@ def load_contextkit(*, feedback_db: Path | None, success_db: Path | None,
         _check_success(paths["success_db"], verdicts)
     report("read", 5, 5)
     return ds
+
+
+# ---- a snapshot under decay -------------------------------------------------------------
+_DECAY_EXEMPT = ("CAUSAL", "CONTRADICTS")  # decay skips them (MSPR.md 5.1)
+
+
+# The edges a decay tick changed: updated after creation, of a type decay visits.
+_DECAYED = (pl.col("updated_at") > pl.col("created_at")) & ~pl.col("type").is_in(_DECAY_EXEMPT)
+
+
+def edges_at_creation(ds: Dataset, half_life_days: float) -> Dataset:
+    """`ds` (a ContextKit snapshot) with its edges at the weights they were created with,
+    were production's decay of this half-life: the export holds each edge's weight after
+    the ticks that changed it, the last at its `updated_at`, and a tick multiplies a weight
+    by exp(-lambda * hours since its last change), so the weight at creation was
+    w * exp(lambda * hours(updated_at - created_at)) (at most 1). Edges decay never
+    changed keep theirs. A replay with decay on enters the edges at their creation and
+    lets its own ticks decay them as production's did; edges production pruned are not in
+    the export and stay missing."""
+    rate = math.log(2.0) / (half_life_days * 24.0)  # per hour
+    hours = (pl.col("updated_at") - pl.col("created_at")).dt.total_microseconds() / 3.6e9
+    edges = ds.edges.with_columns(weight=pl.when(_DECAYED).then(
+        pl.min_horizontal(pl.lit(1.0), pl.col("weight") * (hours * rate).exp()))
+        .otherwise(pl.col("weight")))
+    return replace(ds, edges=edges)
+
+
+def last_tick(edges: pl.DataFrame) -> datetime | None:
+    """When production's decay last changed an edge (the latest `updated_at` of a decayed
+    edge), or None when no edge was decayed."""
+    found = edges.filter(_DECAYED)["updated_at"].max()
+    return found if isinstance(found, datetime) else None

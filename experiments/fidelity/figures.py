@@ -18,6 +18,9 @@ production arm ranks) with `Production`:
 - **access counts**: share of nodes whose access count the replay reaches. Not held to a
   threshold: the artifacts keep no log of the searches without a verdict, whose results
   the library counted, so a replay reaches production's counts only when it counted none.
+
+Under decay, the end state is compared as of production's last tick (one more tick there
+when the replay's last came earlier: `stage._align_state`).
 """
 
 from __future__ import annotations

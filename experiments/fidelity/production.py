@@ -4,7 +4,8 @@ A store ingested from ContextKit's artifacts (`datasets/sources/contextkit.py`) 
 
 - per memory, the graph node's state at export (`metadata.contextkit_node`): relevance,
   relevance floor, archived, access count, helpful and unhelpful counts;
-- the graph's edges at export (the store's `edges`: src, dst, type, weight);
+- the graph's edges at export (the store's `edges`: src, dst, type, weight) and, where
+  production ran decay, when its last tick changed them (`last_tick`);
 - per verdict, the delta production applied and the metadata the application passed
   (`feedback_records`; `metadata.rank`, the 1-based rank the memory was shown at, where
   the application recorded it).
@@ -17,11 +18,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 import polars as pl
 
 from msprlab.datasets.schema import Dataset
-from msprlab.datasets.sources.contextkit import NODE_STATE_KEY
+from msprlab.datasets.sources.contextkit import NODE_STATE_KEY, last_tick
 
 __all__ = ["Production", "production_of"]
 
@@ -38,6 +40,7 @@ class Production:
     nodes: pl.DataFrame
     edges: pl.DataFrame
     records: pl.DataFrame
+    last_tick: datetime | None = None  # when production's decay last changed an edge
 
     @property
     def ranked(self) -> int:
@@ -76,4 +79,4 @@ def production_of(ds: Dataset) -> Production | None:
     records = ds.feedback_records.select(
         "memory_id", "ts", "user_id", "helpful", "delta_applied",
         rank=pl.col("metadata").map_elements(_rank, return_dtype=pl.Int64))
-    return Production(nodes, edges, records)
+    return Production(nodes, edges, records, last_tick(ds.edges))

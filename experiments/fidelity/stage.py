@@ -27,6 +27,7 @@ from msprlab.datasets.sidecars import replay_cache_path
 from msprlab.datasets.timeline import shared_by_replays
 from msprlab.engine import EngineConfig
 from msprlab.engine.config import as_dict
+from msprlab.engine.decay import tick_decay
 from msprlab.engine.roles import policy_from_name
 from msprlab.engine.state import EngineState
 
@@ -49,7 +50,7 @@ from .production import Production, production_of
 __all__ = ["REVISION", "Fidelity", "FidelityStop", "fidelity_metrics", "fidelity_stage",
            "stop_message", "with_fidelity"]
 
-REVISION = "fidelity/1"  # part of the cached figures' key: a change in the figures re-measures
+REVISION = "fidelity/2"  # part of the cached figures' key: a change in the figures re-measures
 _LABELS = {"nodes": "nodes", "edges": "edges", "deltas": "deltas", "in_top": "in top k",
            "ranks": "ranks"}
 
@@ -143,6 +144,7 @@ class _Replayer:
                        progress=lambda done, total: self.progress(
                            f"fidelity: replaying {name}", done, total),
                        end_state=lambda state: box.setdefault("state", state))
+        _align_state(box["state"], config, self.production)
         if self.questions:
             table = CandidateTable(table.searches.with_columns(
                 question=table.searches["query_id"].replace_strict(self.questions)),
@@ -152,6 +154,16 @@ class _Replayer:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, figures.as_dict())
         return figures, table
+
+
+def _align_state(state: EngineState, config: EngineConfig, production: Production) -> None:
+    """Under decay, one more tick at production's last one: the replay's last tick came
+    at its last search, production's at its own (the artifacts keep no log of the searches
+    without a verdict), and relevance and weights are compared as of the same moment."""
+    moment = production.last_tick
+    last = state.graph.last_decay_tick
+    if config.decay.enabled and moment is not None and (last is None or moment > last):
+        tick_decay(state.graph, config.decay, moment)
 
 
 def _state_score(f: Figures) -> tuple[float, ...]:
