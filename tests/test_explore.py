@@ -25,8 +25,8 @@ from msprlab.experiments.explore.questions import (
     question_table,
     tally,
 )
-from msprlab.experiments.metrics import parse_metric
-from msprlab.experiments.scoring import Arm, Scorer
+from msprlab.experiments.measures.metrics import parse_metric
+from msprlab.experiments.measures.scoring import Arm, Scorer
 
 from replay_world import world
 

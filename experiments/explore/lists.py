@@ -35,8 +35,8 @@ import polars as pl
 
 from msprlab.engine.batch import FEATURES, INTENTS, WEIGHTS, intent_weights
 
+from ..measures.scoring import Arm, Scorer
 from ..replay import question_of
-from ..scoring import Arm, Scorer
 
 __all__ = ["DEPTH", "FATES", "LISTS", "LOST", "MEMORIES", "SEARCHES", "TERMS", "TEXT_CHARS",
            "WEIGHT_COLUMNS", "Explored", "explore_arms"]
