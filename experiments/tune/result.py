@@ -15,7 +15,7 @@ from msprlab.engine.batch import WEIGHTS
 
 from ..measures.scoring import Arm
 from .attrs import BASELINE_ATTR, FINISHED, SAMPLER_ATTR
-from .space import Objective
+from .space import Objective, weights_of
 
 # PED-ANOVA contrasts the top 10% of completed trials with all of them; Optuna advises at
 # least 5 trials in that top quantile.
@@ -81,17 +81,12 @@ def trials_message(held: int, target: int) -> str:
     return f"adding {target - held} trials to the study's {held} (target {target})"
 
 
-def trial_weights(trial: FrozenTrial, base: Arm) -> tuple[float, ...]:
-    return tuple(float(trial.params.get(name, value))
-                 for name, value in base.named_weights._asdict().items())
-
-
 def record(trial: FrozenTrial, base: Arm) -> TrialRecord:
     complete = trial.state == TrialState.COMPLETE
     return TrialRecord(
         number=trial.number, state=trial.state.name,
         values=tuple(float(v) for v in trial.values) if complete and trial.values else None,
-        weights=trial_weights(trial, base),
+        weights=weights_of(trial.params, base),
         seconds=trial.duration.total_seconds() if trial.duration is not None else None,
         baseline=bool(trial.user_attrs.get(BASELINE_ATTR, False)),
         sampler=trial.user_attrs.get(SAMPLER_ATTR))
@@ -136,7 +131,7 @@ def _importance(study: optuna.Study, objectives: tuple[Objective, ...]
 
 
 def study_result(study: optuna.Study, spec: str, base: Arm,
-            objectives: tuple[Objective, ...]) -> TuneResult:
+                 objectives: tuple[Objective, ...]) -> TuneResult:
     trials = study.get_trials(deepcopy=False)
     records = [record(t, base) for t in trials if t.state in FINISHED]
     notes = []
@@ -151,7 +146,7 @@ def study_result(study: optuna.Study, spec: str, base: Arm,
         front = [study.best_trial] if complete else []
     else:
         front = sorted(study.best_trials, key=lambda t: t.number)
-    best = tuple(Arm(f"{study.study_name}#{t.number}", trial_weights(t, base), base.intent,
+    best = tuple(Arm(f"{study.study_name}#{t.number}", weights_of(t.params, base), base.intent,
                      base.roles) for t in front)
     importance, more = _importance(study, objectives)
     return TuneResult(study=study, storage=spec, objectives=objectives, best=best,

@@ -32,7 +32,7 @@ import socket
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import optuna
@@ -62,7 +62,13 @@ class SearchSpace:
     arm's values. Both stored in `WEIGHTS` order whatever the order given.
 
     `search_space(ranges, config)` builds one for an engine configuration: it fixes the
-    weights whose signal the configuration switches off."""
+    weights whose signal the configuration switches off.
+
+    Everything the study knows of its parameters goes through the space: their ranges
+    (checked here), the arm a trial's suggestions make (`suggest`), trial 0's parameters
+    (`baseline`, checked against the ranges by `check_base`) and how a finished trial's
+    parameters are read back into weights (`weights_of`). A new kind of parameter is added
+    in these places."""
 
     ranges: Mapping[str, tuple[float, float]]
     fixed: Mapping[str, str] = field(default_factory=dict)
@@ -112,6 +118,27 @@ class SearchSpace:
     def as_dict(self) -> dict[str, list[float]]:
         """The searched ranges (the fixed weights are `fixed`)."""
         return {name: [low, high] for name, (low, high) in self.ranges.items()}
+
+    def suggest(self, trial: optuna.Trial, base: Arm) -> Arm:
+        """The arm a trial scores: each searched weight suggested in its range, the others
+        from `base` (the fixed weights are 0 there: `with_fixed`)."""
+        weights = list(base.weights)
+        for name, (low, high) in self.ranges.items():
+            weights[WEIGHTS.index(name)] = trial.suggest_float(name, low, high)
+        return Arm(f"trial {trial.number}", tuple(weights), base.intent, base.roles)
+
+    def baseline(self, base: Arm) -> dict[str, float]:
+        """`base`'s value of each searched weight: the parameters of trial 0."""
+        return {name: base.weights[WEIGHTS.index(name)] for name in self.ranges}
+
+    def check_base(self, base: Arm) -> None:
+        """Refuse a base arm that trial 0 cannot score: a searched value outside its range."""
+        for name, (low, high) in self.ranges.items():
+            value = base.weights[WEIGHTS.index(name)]
+            if not low <= value <= high:
+                raise ExperimentError(f"tune: the base arm's {name} = {value} lies outside its "
+                                      f"searched range ({low}, {high}), so the baseline cannot "
+                                      "be trial 0; widen the range to include it")
 
     def note(self) -> str | None:
         """"fixed at 0: zeta_success (mspr.success off)", or None when nothing is fixed."""
@@ -202,16 +229,10 @@ class TrialFunction:
     steps: tuple[np.ndarray, ...] | None  # Wilcoxon blocks of searches, in step order
     sampler: SamplerName = "tpe"      # recorded on each trial
 
-    def arm(self, trial: optuna.Trial) -> Arm:
-        weights = list(self.base.weights)  # the fixed weights are 0 there (`with_fixed`)
-        for name, (low, high) in self.space.ranges.items():
-            weights[WEIGHTS.index(name)] = trial.suggest_float(name, low, high)
-        return Arm(f"trial {trial.number}", tuple(weights), self.base.intent, self.base.roles)
-
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
         trial.set_user_attr(SAMPLER_ATTR, self.sampler)  # first: failed trials record it too
         trial.set_user_attr(WORKER_ATTR, f"{socket.gethostname()}:{os.getpid()}")
-        values = self.scorer.values(self.arm(trial))
+        values = self.scorer.values(self.space.suggest(trial, self.base))
         means = tuple(float(values[m][rows].mean())
                       for m, rows in zip(self.metrics, self.covered, strict=True))
         if self.steps is not None:
@@ -222,6 +243,13 @@ class TrialFunction:
                         and trial.should_prune():
                     raise optuna.TrialPruned()
         return means[0] if len(means) == 1 else means
+
+
+def weights_of(params: Mapping[str, Any], base: Arm) -> tuple[float, ...]:
+    """The six weights of a trial whose parameters are `params` (`suggest`'s inverse): the
+    searched ones from `params`, the others `base`'s."""
+    return tuple(float(params.get(name, value))
+                 for name, value in base.named_weights._asdict().items())
 
 
 def is_number(value: object) -> bool:
@@ -241,8 +269,9 @@ def with_fixed(base: Arm, space: SearchSpace) -> Arm:
                                        for name, value in base.named_weights._asdict().items()))
 
 
-def trial_function(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Objective, ...],
-             *, pruner: str, sampler: SamplerName = "tpe") -> TrialFunction:
+def trial_function(train: Scorer, base: Arm, space: SearchSpace,
+                   objectives: tuple[Objective, ...], *, pruner: str,
+                   sampler: SamplerName = "tpe") -> TrialFunction:
     """Which searches each objective averages over (fixed: NaN marks a search without a
     relevant memory, whatever the weights) and, for the pruner, the step blocks."""
     computed = [m.name for m in train.metrics]
@@ -269,8 +298,8 @@ def trial_function(train: Scorer, base: Arm, space: SearchSpace, objectives: tup
     if pruner == "wilcoxon":
         order = np.random.default_rng(_STEP_ORDER_SEED).permutation(covered[0])
         steps = tuple(np.array_split(order, min(WILCOXON_STEPS, order.size)))
-    return TrialFunction(train, base, space, tuple(o.metric for o in objectives), tuple(covered),
-                      steps, sampler)
+    return TrialFunction(train, base, space, tuple(o.metric for o in objectives),
+                         tuple(covered), steps, sampler)
 
 
 def make_sampler(name: SamplerName, seed: tuple[int, ...]) -> optuna.samplers.BaseSampler:

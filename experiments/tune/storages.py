@@ -60,7 +60,7 @@ def journal_path(spec: str) -> Path | None:
 
 
 def open_storage(spec: str, *, target: int | None = None,
-                  heartbeat: tuple[int, int] = HEARTBEAT) -> BaseStorage:
+                 heartbeat: tuple[int, int] = HEARTBEAT) -> BaseStorage:
     """":memory:" (nothing kept), an RDB URL (`SharedRDB`: reserving trials up to `target`
     when given), else a journal file (its folder is created)."""
     if spec == MEMORY:
@@ -103,7 +103,7 @@ def _fail_stale(study: optuna.Study, storage: BaseStorage) -> list[int]:
 
 
 def recover_trials(study: optuna.Study, storage: BaseStorage, lock: RunLock | None,
-                    alone: bool) -> list[str]:
+                   alone: bool) -> list[str]:
     """Fail the RUNNING trials of dead processes when that can be told; say what was done."""
     if isinstance(storage, SharedRDB):
         return recover_stale(study, storage)

@@ -26,8 +26,6 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from msprlab.engine.batch import WEIGHTS
-
 from ..errors import ExperimentError, redact_url
 from ..measures.scoring import Arm, Scorer
 from .attrs import (
@@ -156,14 +154,14 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
                     study.set_user_attr(FIXED_ATTR, space.note())
                 join = _join(study, opened)
                 plan = Plan(objective, study_name, spec, sampler, pruner, n_trials,
-                             (seed, len(study.get_trials(deepcopy=False)), 0)
-                             + ((join,) if join else ()), heartbeat)
+                            (seed, len(study.get_trials(deepcopy=False)), 0)
+                            + ((join,) if join else ()), heartbeat)
                 _enqueue_baseline(study, base, space)
                 held = counted_trials(study)
             if on_start is not None:
                 on_start(held, n_trials)
             run_trials(study, plan, n_trials - held, workers,
-                 Reporter(base, n_trials, progress, on_trial))
+                       Reporter(base, n_trials, progress, on_trial))
             result = study_result(study, spec, base, objectives)
             return replace(result, notes=tuple(filter(None, [space.note(), *notes]))
                            + result.notes, recovered=tuple(recovered), held=held,
@@ -178,8 +176,7 @@ def _enqueue_baseline(study: optuna.Study, base: Arm, space: SearchSpace) -> Non
     baseline whose worker died again itself)."""
     if not any(t.user_attrs.get(BASELINE_ATTR) and t.state != TrialState.FAIL
                for t in study.get_trials(deepcopy=False)):
-        study.enqueue_trial({name: base.weights[WEIGHTS.index(name)] for name in space.ranges},
-                            user_attrs={BASELINE_ATTR: True})
+        study.enqueue_trial(space.baseline(base), user_attrs={BASELINE_ATTR: True})
 
 
 def _check_arguments(base: Arm, space: SearchSpace, objectives: tuple[Objective, ...], *,
@@ -215,13 +212,7 @@ def _check_arguments(base: Arm, space: SearchSpace, objectives: tuple[Objective,
         if importlib.util.find_spec("cmaes") is None:
             raise ImportError("tune: sampler='cmaes' needs the cmaes package, which is not "
                               "installed: pip install cmaes (or use sampler='tpe')")
-    for name, (low, high) in space.ranges.items():
-        value = base.weights[WEIGHTS.index(name)]
-        if not low <= value <= high:
-            raise ExperimentError(f"tune: the base arm's {name} = {value} lies outside its "
-                                  f"searched range ({low}, {high}), so the baseline cannot be "
-                                  "trial 0; "
-                                  "widen the range to include it")
+    space.check_base(base)
 
 
 def _settings(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Objective, ...],

@@ -45,7 +45,7 @@ class Plan:
 
 
 def run_trials(study: optuna.Study, plan: Plan, missing: int, workers: int,
-         reporter: Reporter) -> None:
+               reporter: Reporter) -> None:
     """The `missing` trials, in this process or shared among `workers` spawned ones (on a
     database each runs until the study holds its target: `_optimize`)."""
     reporter.skip(study)
