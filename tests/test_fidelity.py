@@ -15,6 +15,7 @@ import pytest
 
 from msprlab.datasets.store import load_dataset
 from msprlab.experiments.arms import experiment_arms
+from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import ExperimentError, load_experiment
 from msprlab.experiments.fidelity.candidates import (
     feedback_options,
@@ -195,3 +196,23 @@ def test_a_decayed_snapshots_edges_are_entered_at_their_creation_weights():
     assert restored[3] == 1.0  # capped: no weight is created above 1
     assert last_tick(edges) == t0 + timedelta(hours=10_000)
     assert last_tick(edges.filter(pl.col("type") == "REPLY_TO")) is None
+
+
+def test_a_passed_check_goes_into_the_bundle_and_mlflow(world_store, tmp_path):
+    """The figures are printed, written to fidelity.json and logged to the parent run."""
+    mlflow = pytest.importorskip("mlflow")
+    path = definition(tmp_path, world_store, DECAY_OFF, ("trials = 300", "trials = 2"),
+                      ("min_support = 30", "min_support = 5"))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["ablate", str(path), "--root", str(tmp_path), "--tracking-uri", uri]) == 0
+    [bundle] = (tmp_path / "results").iterdir()
+    written = json.loads((bundle / "fidelity.json").read_text())
+    assert written["passed"] is True and written["figures"]["nodes"] == 1.0
+    mlflow.set_tracking_uri(uri)
+    runs = pl.from_pandas(mlflow.search_runs(experiment_names=["msprlab-contextkit"],
+                                             output_format="pandas"))
+    parent = runs.filter(pl.col("tags.mlflow.runName") == "ablate:contextkit").row(
+        0, named=True)
+    assert parent["metrics.fidelity/nodes"] == 1.0 and parent["metrics.fidelity/passed"] == 1.0
+    assert parent["metrics.fidelity/in_top"] == written["figures"]["in_top"]
+    assert parent["tags.msprlab.fidelity"] == "passed"
