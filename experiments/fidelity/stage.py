@@ -192,13 +192,13 @@ def _search(run: _Replayer, definition: Candidate) -> list[Candidate]:
         figures, table = run.measure(config, name)
         tables[len(states)] = table
         states.append(Candidate(name, config, setting_changes(cfg.engine, config), figures))
+    if run.projected:  # wrong seeds: no weights would say what production ran
+        return states
     top = best(states, _state_score)
     table = tables[states.index(top)]
     if table is None:  # its figures came from the cache: replay it for the weights
         _, table = run.measure(top.config, top.name, fresh=True)
     assert table is not None
-    if run.projected:  # wrong seeds: no weights would say what production ran
-        return states
     weighted = _weights(run, top, table)
     return [*states, *([weighted] if weighted is not top else [])]
 
