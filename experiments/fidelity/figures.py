@@ -41,7 +41,8 @@ from ..measures.scoring import Scorer, arm_of
 from ..replay import CandidateTable
 from .production import Production
 
-__all__ = ["FIGURES", "Figures", "Ranked", "below", "measure", "ranking_figures"]
+__all__ = ["FIGURES", "Figures", "Ranked", "below", "measure", "ranking_figures",
+           "reconstructed_lists"]
 
 # The figures held to a threshold, in the order they are printed.
 FIGURES = ("nodes", "edges", "deltas", "in_top", "ranks")
@@ -159,12 +160,20 @@ def _occurrence_ranks(production: Production, table: CandidateTable,
         pl.col("search").is_not_null())
 
 
+def reconstructed_lists(table: CandidateTable, config: EngineConfig) -> list[list[str]]:
+    """What production showed at each search of `table`, as the replay reconstructs it:
+    the returned memory ids, best first, of `config` (production's [engine]) scored on the
+    table. Trust it as far as the fidelity figures say (`in_top`, `ranks`)."""
+    if not table.searches.height:
+        return []
+    return Scorer.of(table, [parse_metric("judged@10")]).rankings(arm_of("production", config))
+
+
 def ranking_figures(production: Production, table: CandidateTable, events: pl.DataFrame,
                     config: EngineConfig, *, k: int) -> Ranked:
     """Where `config`'s ranking on `table` puts the verdicted memories and the recorded
     ranks."""
-    rankings = Scorer.of(table, [parse_metric("judged@10")]).rankings(
-        arm_of("production", config)) if table.searches.height else []
+    rankings = reconstructed_lists(table, config)
     position = [{m: r for r, m in enumerate(ids)} for ids in rankings]
     search_of = dict(table.searches.select("query_id", "search").iter_rows())
     in_top, helpful = [], []
