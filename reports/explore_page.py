@@ -107,47 +107,67 @@ def explore_page(data: ExploreData | None) -> ExplorePage | None:
     return ExplorePage(section, chunks)
 
 
+def _quoted(column: str) -> pl.Expr:
+    """A string column as JSON string literals."""
+    return pl.col(column).map_elements(json.dumps, return_dtype=pl.String)
+
+
+def _text(column: str) -> pl.Expr:
+    """A number, bool or null column as JSON text (Polars writes each double as the
+    shortest text that reads back to the same double, so nothing is rounded)."""
+    return pl.col(column).cast(pl.String).fill_null("null")
+
+
+def _arrays(frame: pl.DataFrame, items: list[pl.Expr]) -> dict[tuple[str, int], str]:
+    """(arm, event_id) -> a JSON array of the rows' arrays (`items` per row), in order."""
+    row = pl.concat_str([pl.lit("["), pl.concat_str(items, separator=","), pl.lit("]")])
+    grouped = (frame.with_columns(row=row).group_by("arm", "event_id", maintain_order=True)
+               .agg(pl.col("row").str.join(",")))
+    return {(arm, event): f"[{rows}]" for arm, event, rows in grouped.iter_rows()}
+
+
 def _chunks(data: ExploreData, ids: list[str]) -> dict[str, str]:
     """File name -> `msprlabExplore.chunk(i, {...});` for each run of `PER_CHUNK` questions:
     per question its searches (time order), per search and arm the value, the weights,
-    the list ([rank, memory_id, grade, seed, score, relevance, role, 6 features, 6 terms])
-    and the relevant memories outside it ([memory_id, grade, fate, rank, pool, seed])."""
-    s = data.searches.sort("ts", "event_id")
-    lists = data.lists.sort("arm", "event_id", "rank").select(
-        "arm", "event_id", "rank", "memory_id", "grade", "seed", "score", "relevance", "role",
-        *FEATURES, *TERMS)
-    lost = data.lost.select("arm", "event_id", "memory_id", "grade", "fate", "rank", "pool",
-                            "seed")
-    weights = {(r[0], r[1]): list(r[2:]) for r in data.weights.select(
-        "arm", "event_id", *WEIGHTS).iter_rows()}
-    values = {(arm, e): _num(v) for arm, frame in data.values.items()
+    the list ([rank, memory_id, grade, seed, score, relevance, role, the 6 terms]) and the
+    relevant memories outside it ([memory_id, grade, fate, rank, pool, seed])."""
+    lists = _arrays(data.lists.sort("arm", "event_id", "rank"), [
+        _text("rank"), _quoted("memory_id"), _text("grade"), _text("seed"), _text("score"),
+        _text("relevance"), _text("role"), *(_text(t) for t in TERMS)])
+    lost = _arrays(data.lost, [_quoted("memory_id"), _text("grade"), _quoted("fate"),
+                               _text("rank"), _text("pool"), _text("seed")])
+    weights = {(arm, event): f"[{text}]" for arm, event, text in data.weights.select(
+        "arm", "event_id", pl.concat_str([_text(w) for w in WEIGHTS], separator=",")
+    ).iter_rows()}
+    values = {(arm, e): json.dumps(_num(v)) for arm, frame in data.values.items()
               for e, v in frame.select("event_id", "value").iter_rows()}
-    by_search: dict[tuple[str, int], list[list[Any]]] = {}
-    for row in lists.iter_rows():
-        by_search.setdefault((row[0], row[1]), []).append(list(row[2:]))
-    lost_by: dict[tuple[str, int], list[list[Any]]] = {}
-    for row in lost.iter_rows():
-        lost_by.setdefault((row[0], row[1]), []).append(list(row[2:]))
-    texts = dict(data.memories.iter_rows())
-    searches_of: dict[str, list[dict[str, Any]]] = {}
-    for r in s.select("query_id", "event_id", "ts", "intent").iter_rows(named=True):
-        e = r["event_id"]
-        searches_of.setdefault(r["query_id"], []).append({
-            "e": e, "ts": r["ts"].strftime("%Y-%m-%d %H:%M:%S"), "intent": r["intent"],
-            "a": {arm: {"v": values.get((arm, e)), "w": weights.get((arm, e), []),
-                        "l": by_search.get((arm, e), []), "x": lost_by.get((arm, e), [])}
-                  for arm in data.arms}})
+    chunk_of = {qid: i // PER_CHUNK for i, qid in enumerate(ids)}
+    searches: dict[str, list[str]] = {}
+    events = data.searches.sort("ts", "event_id").select(
+        "query_id", "event_id", pl.col("ts").dt.strftime("%Y-%m-%d %H:%M:%S"), "intent")
+    for qid, e, ts, intent in events.iter_rows():
+        arms = ",".join(
+            f'{json.dumps(arm)}:{{"v":{values.get((arm, e), "null")},'
+            f'"w":{weights.get((arm, e), "[]")},"l":{lists.get((arm, e), "[]")},'
+            f'"x":{lost.get((arm, e), "[]")}}}' for arm in data.arms)
+        searches.setdefault(qid, []).append(
+            f'{{"e":{e},"ts":{json.dumps(ts)},"intent":{json.dumps(intent)},"a":{{{arms}}}}}')
+    # The texts of the memories each chunk shows or names as lost.
+    chunk_events = events.select("event_id", chunk=pl.col("query_id").replace_strict(
+        chunk_of, return_dtype=pl.Int64))
+    used = (pl.concat([data.lists.select("event_id", "memory_id"),
+                       data.lost.select("event_id", "memory_id")])
+            .join(chunk_events, on="event_id").unique(["chunk", "memory_id"])
+            .join(data.memories, on="memory_id", how="left").sort("chunk", "memory_id"))
+    texts = {chunk: dict(zip(frame["memory_id"], frame["text"].fill_null(""), strict=True))
+             for (chunk,), frame in used.group_by("chunk", maintain_order=True)}
     out = {}
     for index in range(0, len(ids), PER_CHUNK):
-        part = ids[index:index + PER_CHUNK]
-        mine = {qid: searches_of[qid] for qid in part}
-        used = sorted({row[1] for searches in mine.values() for search in searches
-                       for side in search["a"].values() for row in side["l"]}
-                      | {row[0] for searches in mine.values() for search in searches
-                         for side in search["a"].values() for row in side["x"]})
-        body = {"questions": mine, "texts": {m: texts.get(m, "") for m in used}}
-        out[f"{index // PER_CHUNK:04d}.js"] = (
-            f"msprlabExplore.chunk({index // PER_CHUNK},{_json(body)});\n")
+        chunk = index // PER_CHUNK
+        questions = ",".join(f"{json.dumps(qid)}:[{','.join(searches[qid])}]"
+                             for qid in ids[index:index + PER_CHUNK])
+        out[f"{chunk:04d}.js"] = (f'msprlabExplore.chunk({chunk},{{"questions":{{{questions}}},'
+                                  f'"texts":{_json(texts.get(chunk, {}))}}});\n')
     return out
 
 

@@ -166,8 +166,9 @@
   }
 
   function parts(row, weights) {
-    var text = FEATURES.map(function (f, k) {
-      return f + " " + weights[k] + " × " + row.f[k] + " = " + row.t[k];
+    var text = FEATURES.map(function (f, k) {   // the feature is shown as term / weight
+      return f + ": " + weights[k] + " × " + (weights[k] ? (row.t[k] / weights[k]).toFixed(6) : "·") +
+        " = " + row.t[k];
     });
     return text.join("\n") + "\nsum " + row.sum + "\n× relevance " + row.rel +
       (row.role !== 1 ? "\n× role " + row.role : "") + "\n= score " + row.score;
@@ -190,10 +191,10 @@
   }
 
   function rows(list, arm) {
-    // [rank, memory_id, grade, seed, score, relevance, role, f x6, t x6]
+    // [rank, memory_id, grade, seed, score, relevance, role, the 6 weighted terms]
     return list.map(function (r) {
       var row = {rank: r[0], id: r[1], grade: r[2], seed: r[3], score: r[4], rel: r[5],
-                 role: r[6], f: r.slice(7, 13), t: r.slice(13, 19), arm: arm};
+                 role: r[6], t: r.slice(7, 13), arm: arm};
       var sum = row.t[0];
       for (var k = 1; k < 6; k += 1) { sum += row.t[k]; }
       row.sum = sum;
