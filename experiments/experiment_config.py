@@ -25,6 +25,7 @@ from msprlab.engine.batch import WEIGHTS
 from msprlab.engine.config import ConfigError, EdgesConfig, IntentConfig, RoleConfig
 from msprlab.engine.roles import POLICY_NAMES
 
+from .decision.settings import DecisionSettings
 from .errors import ExperimentError
 from .measures.metrics import parse_metric
 from .measures.splits import SplitSpec
@@ -148,6 +149,7 @@ class ExperimentConfig:
     tune: TuneSection
     tracking: TrackingSection
     raw: Mapping[str, Any] = field(repr=False)
+    decision: DecisionSettings = field(default_factory=DecisionSettings)
 
     def digest(self) -> str:
         """sha256 of the definition as parsed (the config hash every result carries)."""
@@ -156,7 +158,7 @@ class ExperimentConfig:
 
 
 _TOP = ("name", "description", "seed", "dataset", "split", "engine", "replay", "metrics",
-        "ablation", "references", "tune", "tracking")
+        "ablation", "references", "tune", "tracking", "decision")
 
 
 def _section(cls: type, raw: Any, where: str) -> Any:
@@ -396,8 +398,27 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
             raise ExperimentError(f"tune.objectives: {objective!r} measures {metric!r}, which "
                                   f"is not in metrics.names {list(metrics.names)}")
     tracking = _section(TrackingSection, raw.get("tracking"), "tracking")
+    decision = _decision(raw.get("decision"), metrics)
     return ExperimentConfig(
         name=name, path=path, description=str(raw.get("description", "")), seed=seed,
         dataset=dataset, split=split, engine=engine, engine_dict=engine_dict, replay=replay,
         metrics=metrics, ablation=ablation, references=references, tune=tune,
-        tracking=tracking, raw=raw)
+        tracking=tracking, raw=raw, decision=decision)
+
+
+def _decision(raw: Any, metrics: MetricsSection) -> DecisionSettings:
+    """The `[decision]` table: every key known, every value in range (exit 2 naming it);
+    the metric defaults to `metrics.primary` and must be one of `metrics.names`."""
+    try:
+        settings = _section(DecisionSettings, raw, "decision")
+    except ValueError as exc:  # DecisionSettings' own range checks
+        raise ExperimentError(str(exc)) from None
+    metric = settings.metric or metrics.primary
+    try:
+        metric = parse_metric(metric).name
+    except ValueError as exc:
+        raise ExperimentError(f"decision.metric: {exc}") from None
+    if metric not in metrics.names:
+        raise ExperimentError(f"decision.metric {metric!r} must be one of metrics.names "
+                              f"{list(metrics.names)}")
+    return replace(settings, metric=metric)

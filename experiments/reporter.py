@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -35,6 +35,11 @@ from .bundle import (
     ABLATION_NOTES,
     ABLATION_SIDE_EFFECTS,
     ABLATION_SUMMARY,
+    DECISION,
+    DECISION_BY_INTENT,
+    DECISION_BY_INTENT_CSV,
+    DECISION_CSV,
+    DECISION_NOTES,
     ISOLATION_AUDIT,
     PROVENANCE,
     REFERENCES,
@@ -68,11 +73,13 @@ from .console_tables import (
     reference_table,
     side_effect_table,
 )
+from .decision.render import caption, console_table, exploratory_caption
 from .errors import redact_url
 from .experiment_config import ExperimentConfig, judged_metric
 from .measures.metrics import parse_metric
 from .recovery import SWEEP
 from .stages.ablate import Ablation
+from .stages.decide import Decision
 from .stages.held_out import HeldOutResult
 from .stages.isolation import IsolationAudit
 from .stages.prepare import Stage
@@ -94,6 +101,9 @@ class Reporter:
     bar: Progress
     tracker: Tracker | None
     bundle: Bundle
+    # The weight search's messages (recovery, trials to add), printed with its results:
+    # they happen while it runs, before the verdict table, which prints first.
+    held: list[str] = field(default_factory=list)
 
     def _print(self, text: str) -> None:
         self.console.print(text, highlight=False)
@@ -175,6 +185,48 @@ class Reporter:
         if self.tracker is not None:
             self._print(self.tracker.where())
         self._print(f"done in {seconds:.0f} s")
+
+    # ---- decision -----------------------------------------------------------------------
+    def decision(self, prepared: Prepared, decision: Decision) -> None:
+        """The verdict table, first of every table; then the exploratory per-intent
+        verdicts and what the recommended configuration changes. Bundled under decision/
+        (Parquet and CSV), and each verdict a `msprlab.decision.CANDIDATE` tag of the
+        parent run with its figures as `decision/CANDIDATE/...` metrics."""
+        s, labels = decision.settings, prepared.labels.source
+        table = decision.confirmatory
+        self.console.print(console_table(
+            table, title=f"decision, test window: a verdict per candidate ({s.metric}, per "
+                         f"{s.unit}, confirmatory); labels: {labels}",
+            caption_text=caption(table, min_support=self.cfg.metrics.min_support,
+                                 labels=labels)))
+        if decision.by_intent.height:
+            self.console.print(console_table(
+                decision.by_intent, title=f"EXPLORATORY: the same verdicts per intent group "
+                                          f"({s.metric}, per {s.unit}); labels: {labels}",
+                caption_text=exploratory_caption(decision.by_intent, labels=labels)))
+        for note in decision.notes:
+            self._print(f"[yellow]note ({SNIPPET}):[/yellow] {note}")
+        for r in decision.recommended.iter_rows(named=True):
+            self._print(f"recommended against {r['reference']}: {r['metric']} "
+                        f"{r['mean_candidate']:.4f} vs {r['mean_reference']:.4f}, Δ "
+                        f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] "
+                        f"({r['note']})")
+        self.bundle.frame(table, DECISION)
+        self.bundle.csv(table, DECISION_CSV)
+        self.bundle.frame(decision.by_intent, DECISION_BY_INTENT)
+        self.bundle.csv(decision.by_intent, DECISION_BY_INTENT_CSV)
+        self.bundle.json({"notes": decision.notes,
+                          "recommended": decision.recommended.to_dicts(),
+                          "snippet": decision.snippet}, DECISION_NOTES)
+        if self.tracker is None:
+            return
+        self.tracker.tags({f"msprlab.decision.{r['candidate']}": r["verdict"]
+                           for r in table.iter_rows(named=True)})
+        self.tracker.metrics({
+            metric_key("decision", r["candidate"], key): r[key]
+            for r in table.iter_rows(named=True)
+            for key in ("delta", "ci_low", "ci_high", "p_adj", "mde", "family_size")
+            if r[key] is not None and not (isinstance(r[key], float) and math.isnan(r[key]))})
 
     # ---- ablation -----------------------------------------------------------------------
     def ablation(self, prepared: Prepared, ablation: Ablation) -> None:
@@ -328,10 +380,10 @@ class Reporter:
 
             def on_start(held: int, target: int) -> None:
                 from .tune import trials_message
-                self._print(trials_message(held, target))
+                self.held.append(trials_message(held, target))
 
             yield SearchHooks(
-                on_recovered=lambda message: self._print(
+                on_recovered=lambda message: self.held.append(
                     f"[yellow]recovered:[/yellow] {message}"),
                 on_start=on_start,
                 progress=lambda done, total: self.bar.update(task, completed=done,
@@ -356,6 +408,9 @@ class Reporter:
     def tuned(self, plan: TuningPlan, tuned: Tuned) -> None:
         """What the search did and found, and what its snippet cannot reproduce."""
         result = tuned.result
+        for message in self.held:
+            self._print(message)
+        self.held.clear()
         self._print(f"weight search: {result.added:,} new trials in {tuned.seconds:.1f} s on "
                     f"the train window ({plan.train.searches.height:,} searches); the study "
                     f"holds {result.held + result.added:,}: {plan.study_name} in "

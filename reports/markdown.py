@@ -21,6 +21,10 @@ from msprlab.experiments.bundle import (
     TEST_COMPARISON,
     TEST_FUNNEL,
 )
+from msprlab.experiments.decision.render import HEADER as DECISION_HEADER
+from msprlab.experiments.decision.render import caption as decision_caption
+from msprlab.experiments.decision.render import cells as decision_cells
+from msprlab.experiments.decision.render import exploratory_caption
 
 from ._format import (
     ALPHA,
@@ -67,6 +71,35 @@ def _legend(comparison: pl.DataFrame, min_support: object) -> list[str]:
             "group: read with care. Significant: the adjusted p of the paired t-test (t) or "
             f"of the paired permutation test (perm) is below {ALPHA}.", "",
             *(f"- {line}" for line in methods(comparison))]
+
+
+def _decision_section(results: Results, min_support: object) -> list[str]:
+    """The verdict table first: the confirmatory verdicts, the exploratory per-intent ones,
+    and what the recommended configuration changes (the same cells and captions as the
+    console's)."""
+    out = ["## Decision: a verdict per candidate (confirmatory)", ""]
+    table = results.decision
+    if table is None:
+        return [*out, "Not in this bundle: it was written before the decision table.", ""]
+    labels = label_source(results.provenance)
+    support = int(min_support) if isinstance(min_support, int) else 30
+    out += _table(DECISION_HEADER, decision_cells(table),
+                  right=[False, False, True, True, True, True, True, True, False, False])
+    out += ["", decision_caption(table, min_support=support, labels=labels), ""]
+    notes = (results.decision_notes or {}).get("notes") or []
+    out += [f"- recommended configuration ({SNIPPET}): {n}" for n in notes]
+    for r in (results.decision_notes or {}).get("recommended") or []:
+        out.append(f"- recommended against {r['reference']}: Δ {fmt_delta(r['delta'])} "
+                   f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)} ({r['note']})")
+    if notes:
+        out.append("")
+    by_intent = results.decision_by_intent
+    if by_intent is not None and by_intent.height:
+        out += ["### Exploratory: the same verdicts per intent group", ""]
+        out += _table(DECISION_HEADER, decision_cells(by_intent),
+                      right=[False, False, True, True, True, True, True, True, False, False])
+        out += ["", exploratory_caption(by_intent, labels=labels), ""]
+    return out
 
 
 def _test_section(results: Results, metric: str, min_support: object) -> list[str]:
@@ -226,6 +259,7 @@ def render_markdown(results: Results) -> str:
     if results.missing:
         out += ["Not in this bundle: " + ", ".join(f"`{m}`" for m in results.missing) + ".",
                 ""]
+    out += _decision_section(results, min_support)
     if metric is not None:
         out += _test_section(results, metric, min_support)
     out += _ablation_section(results, metrics)
