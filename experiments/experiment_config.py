@@ -27,6 +27,7 @@ from msprlab.engine.roles import POLICY_NAMES
 
 from .decision.settings import DecisionSettings
 from .errors import ExperimentError
+from .measures.compare import CORRECTIONS
 from .measures.metrics import parse_metric
 from .measures.splits import SplitSpec
 from .replay import FREQUENCY_MODES
@@ -87,7 +88,9 @@ class MetricsSection:
     primary: str = "ndcg@10"
     bootstrap: int = 1000
     min_support: int = 30
-    correction: str = "holm"
+    # The exploratory rows' correction, within each breakdown: "bonferroni" pairs each CI
+    # with its adjusted p (compare.py); "holm" and "bh" adjust p only.
+    correction: str = "bonferroni"
     # Verdict labels: an arm whose judged share of the top K (judged@K) is below this
     # fraction of the best-judged arm's is marked "not assessable" rather than scored.
     min_judged_ratio: float = 0.5
@@ -345,7 +348,7 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
     if metrics.primary not in metrics.names:
         raise ExperimentError(f"metrics.primary {metrics.primary!r} must be one of "
                               f"metrics.names {list(metrics.names)}")
-    _choice("metrics.correction", metrics.correction, ("holm", "bh"))
+    _choice("metrics.correction", metrics.correction, CORRECTIONS)
     if not 0.0 <= metrics.min_judged_ratio <= 1.0:
         raise ExperimentError(f"metrics.min_judged_ratio must be in [0, 1], got "
                               f"{metrics.min_judged_ratio}")

@@ -71,6 +71,7 @@ from .console_tables import (
     audit_table,
     comparison_table,
     delta_matrix,
+    family_caption,
     funnel_group_table,
     funnel_table,
     judged_shares,
@@ -243,8 +244,8 @@ class Reporter:
         self.console.print(arms_table(ablation.arms.filter(
             pl.col("name").is_in(list(ablation.ladder)))))
         for unit, label in (("query", "per query: every question counts once"),
-                            ("search", "per search: weighted by traffic, cluster bootstrap "
-                                       "over queries")):
+                            ("search", "per search: weighted by traffic, means with a cluster "
+                                       "bootstrap, Δ with a cluster-robust t over queries")):
             self.console.print(ladder_table(
                 result.summary, result.comparison, result.match, metric=primary, unit=unit,
                 judged=self._judged(prepared), min_judged_ratio=cfg.metrics.min_judged_ratio,
@@ -260,7 +261,6 @@ class Reporter:
                 title=f"stage funnel by {group_by.replace('_', ' ')}, test window, per query: "
                       f"{primary}; labels: {labels}"))
         if result.comparison.height:
-            family = _family(result.comparison, "off", "query")
             for group_by in ("intent", "question_type"):
                 part = result.comparison.filter(pl.col("reference") == "off",
                                                 pl.col("unit") == "query",
@@ -268,7 +268,8 @@ class Reporter:
                 self.console.print(delta_matrix(
                     part, metric=primary, title=f"ablation, test window: {primary} change "
                     f"against off (MSPR disabled), per query, by {group_by.replace('_', ' ')}; "
-                    f"labels: {labels}", family=family))
+                    f"labels: {labels} (exploratory)",
+                    family=family_caption(part.filter(pl.col("metric") == primary))))
         if result.side_effects.height:
             self.console.print(side_effect_table(result.side_effects, metric=primary,
                                                  labels=labels))
@@ -438,24 +439,26 @@ class Reporter:
         for ref in held.references:
             what = ("off (MSPR disabled: the context graph alone)" if ref == "off"
                     else "on-zero (MSPR on, new weights at 0)")
+            groups = (("overall", "intent", "question_type", "seen") if ref == "off"
+                      else ("overall", "seen"))
             part = comparison.filter(pl.col("reference") == ref, pl.col("unit") == "query")
             self.console.print(comparison_table(
-                part, metric=primary, base_label=ref, arm_label="tuned",
-                group_by=("overall", "intent", "question_type", "seen") if ref == "off"
-                else ("overall", "seen"),
-                title=f"test window: tuned weights against {what}, {primary}, per query "
-                      "(n = distinct questions; seen = asked in the train window too; "
-                      f"* = below min support); labels: {labels}",
-                caption=_family(comparison, ref, "query")))
+                part, metric=primary, base_label=ref, arm_label="tuned", group_by=groups,
+                title=f"test window, exploratory: tuned weights against {what}, {primary}, "
+                      "per query (n = distinct questions; seen = asked in the train window "
+                      f"too; * = below min support); labels: {labels}",
+                caption=_family(part.filter(pl.col("group_by").is_in(groups)), ref, "query",
+                                primary)))
         per_search = comparison.filter(pl.col("unit") == "search",
                                        pl.col("group_by").is_in(["overall", "seen"]))
         self.console.print(comparison_table(
             per_search.with_columns(arm=pl.format("tuned vs {}", pl.col("reference"))),
             metric=primary, base_label="reference", arm_label="tuned",
             group_by=("overall", "seen"),
-            title=f"test window, per search (weighted by traffic; n = searches; CI: cluster "
-                  f"bootstrap over queries): {primary}, against off and on-zero; labels: "
-                  f"{labels}", caption=_family(comparison, "off", "search")))
+            title=f"test window, exploratory, per search (weighted by traffic; n = searches; "
+                  f"cluster-robust over queries): {primary}, against off and on-zero; labels: "
+                  f"{labels}", caption=family_caption(per_search.filter(
+                      pl.col("metric") == primary))))
         if judged := self._judged(prepared):
             shares_ = judged_shares(summary, judged, "query",
                                     ratio=cfg.metrics.min_judged_ratio)
@@ -551,12 +554,10 @@ def _arm_metrics(frame: pl.DataFrame, arm: str, *, stem: tuple[str, ...] = (),
     return out
 
 
-def _family(comparison: pl.DataFrame, reference: str, unit: str) -> str:
-    """The label of a comparison's multiple-testing family and permutation count."""
+def _family(comparison: pl.DataFrame, reference: str, unit: str,
+            metric: str | None = None) -> str:
+    """The statements of a comparison's multiple-testing families (one per breakdown)."""
     rows = comparison.filter(pl.col("reference") == reference, pl.col("unit") == unit)
-    if not rows.height:
-        return ""
-    bound = ("; ≤: no random sign flip was as extreme as the data, so the p is at most the "
-             "value shown" if "p_perm_bound" in rows.columns and rows["p_perm_bound"].any()
-             else "")
-    return f"{rows['correction'][0]}; {rows['permutation_test'][0]}{bound}"
+    if metric is not None:
+        rows = rows.filter(pl.col("metric") == metric)
+    return family_caption(rows)

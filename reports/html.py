@@ -92,14 +92,13 @@ def _matrix(comparison: pl.DataFrame, metric: str, group_by: str) -> dict[str, A
             if r is None:
                 line.append({"text": "–", "title": "", "ci": "", "css": ""})
                 continue
-            marks = significance(r["p_t_adj"], r["p_perm_adj"])
+            marks = significance(r["p_t_adj"])
             css = [] if not marks or not r["delta"] else ["up" if r["delta"] > 0 else "down"]
             if r["low_support"]:
                 css.append("low")
             line.append({"text": fmt_delta(r["delta"]) + (" *" if marks else ""),
-                         "title": f"95% CI {fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
-                                  f"p t (adj) {fmt_p(r['p_t_adj'])}, p perm (adj) "
-                                  f"{fmt_p(r['p_perm_adj'], r.get('p_perm_bound'))}",
+                         "title": f"CI {fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
+                                  f"p (adj) {fmt_p(r['p_t_adj'])}",
                          "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
                          "css": " ".join(css)})
         body.append({"arm": arm, "cells": line})
@@ -310,12 +309,12 @@ def _glance(results: Results, primary: str | None, view: StudyView) -> list[str]
         hit = test.filter(pl.col("group_by") == "overall", pl.col("metric") == primary)
         if hit.height:
             r = hit.row(0, named=True)
-            marks = significance(r["p_t_adj"], r["p_perm_adj"])
+            marks = significance(r["p_t_adj"])
             lines.append(f"Tuned weights on the test window: {primary} {fmt(r['mean_arm'])} "
                          f"against {fmt(r['mean_base'])} for off (MSPR disabled), delta "
                          f"{fmt_delta(r['delta'])} (95% CI "
                          f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
-                         + (f"significant by {marks}" if marks else
+                         + ("significant (adjusted p)" if marks else
                             f"no adjusted test below {ALPHA}") + f"; n = {fmt(r['n'])}).")
     comparison = results.ablation_comparison
     if comparison is not None and primary is not None:

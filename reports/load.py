@@ -51,9 +51,8 @@ __all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "DECISION_COLUMNS", "FUNNEL_ME
            "load_bundle"]
 
 COMPARISON_COLUMNS = ("arm", "group_by", "group", "metric", "n", "n_no_relevant", "mean_base",
-                      "mean_arm", "delta", "ci_low", "ci_high", "p_t", "p_perm", "p_t_adj",
-                      "p_perm_adj", "low_support", "ci_method", "t_test", "permutation_test",
-                      "correction")
+                      "mean_arm", "delta", "ci_low", "ci_high", "p_t", "p_t_adj",
+                      "low_support", "ci_method", "t_test", "correction")
 SUMMARY_COLUMNS = ("arm", "group_by", "group", "metric", "n", "n_no_relevant", "mean", "ci_low",
                    "ci_high", "confidence", "low_support", "ci_method")
 AUDIT_COLUMNS = ("arm", "mode", "searches", "returned", "leaked", "leaked_searches")

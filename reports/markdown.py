@@ -68,8 +68,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
 def _legend(comparison: pl.DataFrame, min_support: object) -> list[str]:
     floor = f"{min_support} " if min_support is not None else "the minimum support of "
     return [f"{LOW_SUPPORT_MARK}: fewer than {floor}queries with a relevant memory in the "
-            "group: read with care. Significant: the adjusted p of the paired t-test (t) or "
-            f"of the paired permutation test (perm) is below {ALPHA}.", "",
+            "group: read with care. Exploratory: significant = the row's adjusted p (one "
+            f"test per row, corrected within its breakdown) is below {ALPHA}.", "",
             *(f"- {line}" for line in methods(comparison))]
 
 
@@ -109,8 +109,7 @@ def _test_section(results: Results, metric: str, min_support: object) -> list[st
     if comparison is None:
         return [*out, f"Not in this bundle (no {TEST_COMPARISON}): the weight search "
                 "was not run (`msprlab ablate` writes no test window comparison).", ""]
-    header = ["group", "n", "off", "tuned", "Δ", "95% CI of Δ", "p t (adj)",
-              "p perm (adj)", "significant"]
+    header = ["group", "n", "off", "tuned", "Δ", "CI of Δ", "p (adj)", "significant"]
     for group_by, title in (("intent", "By intent label"),
                             ("question_type", "By question type")):
         rows = comparison_rows(comparison.filter(pl.col("arm") == "tuned")
@@ -118,8 +117,8 @@ def _test_section(results: Results, metric: str, min_support: object) -> list[st
                                else comparison, metric, ("overall", group_by))
         out += [f"### {title}", ""]
         out += _table(header, [[r.label, r.n, r.mean_base, r.mean_arm, r.delta, r.ci, r.p_t,
-                                r.p_perm, r.significant] for r in rows],
-                      right=[False, *([True] * 7), False])
+                                r.significant] for r in rows],
+                      right=[False, *([True] * 6), False])
         out.append("")
     return [*out, *_legend(comparison, min_support), ""]
 
@@ -144,7 +143,7 @@ def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
                 cells.append("–")
                 continue
             r = hit.row(0, named=True)
-            marks = significance(r["p_t_adj"], r["p_perm_adj"])
+            marks = significance(r["p_t_adj"])
             cells.append(f"{fmt_delta(r['delta'])} "
                          f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}"
                          + (f" ({marks})" if marks else ""))

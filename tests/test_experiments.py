@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -165,6 +166,9 @@ def test_ablate_end_to_end(tmp_path, capsys) -> None:
     assert set(comparison["unit"]) == {"query", "search"}
     effects = pl.read_parquet(bundle / "ablation" / "side_effects.parquet")
     assert set(effects["block"]) == {"feedback", "success", "frequency"}
+    for column in ("delta", "ci_low", "ci_high"):  # no -0.0 where nothing moved
+        values = effects[column].drop_nans().drop_nulls().to_numpy()
+        assert not (np.signbit(values) & (values == 0)).any(), column
     arms = pl.read_parquet(bundle / "ablation" / "arms.parquet")
     assert arms.filter(pl.col("name") == "off")["mspr"].to_list() == [False]
     match = pl.read_parquet(bundle / "ablation" / "match.parquet")

@@ -126,12 +126,11 @@ def test_malformed_json_is_an_error_naming_the_file(bundle: Path):
 
 # ---- formatting and the study view ---------------------------------------------------------
 
-@pytest.mark.parametrize(("p_t", "p_perm", "marks"), [
-    (0.01, 0.2, "t"), (0.2, 0.01, "perm"), (0.049, 0.001, "t, perm"), (0.05, 0.05, ""),
-    (math.nan, 0.01, "perm"), (None, None, ""),
+@pytest.mark.parametrize(("p_adj", "marks"), [
+    (0.01, "yes"), (0.049, "yes"), (0.05, ""), (0.2, ""), (math.nan, ""), (None, ""),
 ])
-def test_significance_marks_adjusted_tests_below_alpha(p_t, p_perm, marks):
-    assert significance(p_t, p_perm) == marks
+def test_significance_marks_an_adjusted_p_below_alpha(p_adj, marks):
+    assert significance(p_adj) == marks
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -186,7 +185,7 @@ def test_markdown_holds_headline_tables_and_provenance():
     for needle in ("### By intent label", "### By question type",
                    "## Ablation: change against off, overall (per query)",
                    "| EXPLORATORY † | 2 |",            # below the minimum support of 10
-                   "Holm over 18 tested rows",          # the method, from the frame
+                   "Bonferroni over the 2 tested rows by intent of ndcg@10",  # the method
                    "## Side effects at zero weight (ndcg@10)",
                    "| feedback | per query | 40 |",
                    "## Stage funnel (per query, test window)",
@@ -209,7 +208,8 @@ def test_html_is_self_contained_with_png_images(fixture_html: str):
     assert all(b"Software" not in p and b"matplotlib" not in p for p in pngs)
     for needle in ("1. Test window", "2. Ablation ladder", "3. Weight search",
                    "4. Recommended weights", "5. Isolation audit", "6. Provenance",
-                   "&#34;beta_bm25&#34;: 0.62", "Holm over 18 tested rows",
+                   "&#34;beta_bm25&#34;: 0.62",
+                   "Bonferroni over the 2 tested rows by intent of ndcg@10",
                    '<th colspan="4">strict</th>',
                    "PED-ANOVA (optuna.importance)", "best trial (41)",
                    "Side effects at zero weight (ndcg@10)", "searches whose top 10 changed",
