@@ -9,29 +9,12 @@ import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+from test_compare import log
 
 from msprlab.experiments.measures.compare import compare
 from msprlab.experiments.measures.stats import aggregate, per_query
 
 pytestmark = pytest.mark.filterwarnings("error")  # degenerate cells must not warn
-
-
-def log(seed: int, n_queries: int, searches: np.ndarray | int, *, effect: float = 0.0,
-        noise: float = 0.05, spread: float = 0.0) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(base, arm): per-search frames of n_queries questions, query q asked searches[q]
-    times; values are a per-query quality (in the arm plus effect and a per-query shift of
-    sd `spread`) plus per-search noise."""
-    rng = np.random.default_rng(seed)
-    counts = np.broadcast_to(searches, (n_queries,))
-    q = np.repeat(np.arange(n_queries), counts)
-    quality = rng.beta(2, 5, n_queries)
-    intent = rng.choice(["FACTUAL", "TEMPORAL", "UNKNOWN"], n_queries, p=[0.3, 0.1, 0.6])
-    frame = pl.DataFrame({"search": np.arange(q.size), "query_id": [f"q{i:04d}" for i in q],
-                          "intent": intent[q]})
-    shifts = (np.zeros(n_queries), effect + rng.normal(0, spread, n_queries))
-    values = [np.clip(quality[q] + shift[q] + rng.normal(0, noise, q.size), 0, 1)
-              for shift in shifts]
-    return tuple(frame.with_columns(ndcg=pl.Series(v)) for v in values)  # type: ignore[return-value]
 
 
 # -- per_query -------------------------------------------------------------------------

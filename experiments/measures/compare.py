@@ -143,69 +143,6 @@ def _cells_of(queries: pl.DataFrame, names: Sequence[str], unit: Unit,
     return groups
 
 
-def _paired_frame(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], key: str,
-                  cluster: str, metric_cols: Sequence[str],
-                  group_cols: Sequence[str]) -> pl.DataFrame:
-    """Base rows with every arm's values beside them, as `base:<i>:<metric>` and
-    `arm:<i>:<metric>` for the i-th arm, null where either side has no value."""
-    for what, frame in (("base", base), *((f"arm {n!r}", f) for n, f in arms.items())):
-        if frame.get_column(key).is_duplicated().any():
-            raise ValueError(f"{what}: {key!r} must identify one search per row; "
-                             f"found duplicates")
-    paired = base.select(key, cluster, *group_cols)
-    for i, (name, arm) in enumerate(arms.items()):
-        for what, one, other in (("base", base, arm), (f"arm {name!r}", arm, base)):
-            alone = one.join(other, on=key, how="anti").get_column(key)
-            if alone.len():
-                raise ValueError(f"{what}: {alone.len()} {key} value(s) missing on the other "
-                                 f"side (e.g. {alone[0]!r}); a paired comparison needs the "
-                                 f"same searches in base and arm {name!r}")
-        same = [cluster] if cluster in arm.columns and cluster in base.columns else []
-        if same:
-            moved = base.select(key, cluster).join(arm.select(key, cluster), on=key).filter(
-                pl.col(cluster).ne_missing(pl.col(f"{cluster}_right")))
-            if moved.height:
-                raise ValueError(f"arm {name!r}: {moved.height} search(es) belong to another "
-                                 f"{cluster} than in base (e.g. {key} {moved[key][0]!r})")
-        paired = paired.join(arm.select(key, *(pl.col(m).alias(f"arm:{i}:{m}")
-                                               for m in metric_cols)), on=key)
-        paired = paired.join(base.select(key, *(pl.col(m).alias(f"base:{i}:{m}")
-                                                for m in metric_cols)), on=key)
-        both = {m: _value(f"arm:{i}:{m}").is_not_null() & _value(f"base:{i}:{m}").is_not_null()
-                for m in metric_cols}
-        paired = paired.with_columns(
-            *(pl.when(both[m]).then(_value(f"{side}:{i}:{m}")).alias(f"{side}:{i}:{m}")
-              for m in metric_cols for side in ("base", "arm")))
-    # Sorted by key, so that sums over a query's searches do not depend on row order.
-    return paired.sort(key)
-
-
-def _cells_of(queries: pl.DataFrame, names: Sequence[str], unit: Unit,
-              metric_cols: Sequence[str], group_cols: Sequence[str],
-              test_metrics: Sequence[str],
-              min_support: int) -> list[tuple[str, str | None, int, list[_Cell]]]:
-    """Per group (overall first): group_by, group, its number of queries and the cells of
-    every arm and metric, with `tested` set."""
-    groups = []
-    for group_by, group, part in _cells(queries, group_cols):
-        cells = []
-        for i, name in enumerate(names):
-            for metric in metric_cols:
-                count = _column(part, f"count:base:{i}:{metric}")
-                kept = count > 0
-                side = "mean" if unit == "query" else "sum"
-                base, arm = (_column(part, f"{side}:{s}:{i}:{metric}")[kept]
-                             for s in ("base", "arm"))
-                missing = (int((~kept).sum()) if unit == "query"
-                           else int(part.get_column("n_searches").sum() - count.sum()))
-                tested = (metric in test_metrics and kept.sum() >= max(2, min_support)
-                          and bool(np.any(arm != base)))
-                cells.append(_Cell(name, group_by, group, metric, np.flatnonzero(kept), base,
-                                   arm, count[kept], missing, tested))
-        groups.append((group_by, group, part.height, cells))
-    return groups
-
-
 def _estimate(cell: _Cell, unit: Unit):  # type: ignore[no-untyped-def]
     if unit == "query":
         return paired_estimate(cell.arm, cell.base)
