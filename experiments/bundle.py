@@ -39,6 +39,7 @@ DECISION_BY_INTENT = "decision/by_intent.parquet"  # the exploratory per-intent 
 DECISION_BY_INTENT_CSV = "decision/by_intent.csv"
 DECISION_NOTES = "decision/recommendation.json"  # what the recommended configuration
 #   changes and why, and the recommended configuration scored (when it was)
+FIDELITY = "fidelity.json"  # is the replay production: figures, thresholds, what was tried
 ABLATION = "ablation"  # the ladder's part
 ABLATION_SUMMARY = "ablation/summary.parquet"  # stats.aggregate per arm and unit
 ABLATION_COMPARISON = "ablation/comparison.parquet"  # stats.compare of every arm against
@@ -157,6 +158,7 @@ def provenance(cfg: ExperimentConfig, prepared: Prepared, command: str,
         "dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest,
                     "store": str(prepared.store), "counts": ds.counts()},
         "labels": {"source": prepared.labels.source, "note": prepared.labels.note(),
+                   "fidelity": prepared.labels.fidelity,
                    **({} if prepared.labels.note() is None else {
                        "searches": prepared.labels.occurrences,
                        "verdicts": prepared.labels.verdicts,
