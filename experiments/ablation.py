@@ -30,7 +30,7 @@ import polars as pl
 from msprlab.engine import EngineConfig
 
 from .errors import ExperimentError
-from .scoring import Arm, arm_of
+from .measures.scoring import Arm, arm_of
 
 __all__ = ["BLOCKS", "NEEDS", "REFERENCES", "AblationResult", "ladder", "ladder_arms",
            "side_effects", "switches", "zero_new_weights"]

@@ -13,7 +13,7 @@ from msprlab.engine import EngineConfig
 
 from .ablation import REFERENCES, ladder, side_effects, switches, zero_new_weights
 from .experiment_config import ExperimentConfig
-from .scoring import Arm, arm_of
+from .measures.scoring import Arm, arm_of
 
 __all__ = ["ExperimentArms", "arms_frame", "baseline_arm", "experiment_arms"]
 

@@ -9,7 +9,7 @@ import polars as pl
 from rich import box
 from rich.table import Table
 
-from .metrics import parse_metric
+from .measures.metrics import parse_metric
 
 __all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "fmt",
            "funnel_group_table", "funnel_table", "judged_shares", "ladder_table", "reference_table",

@@ -26,9 +26,9 @@ from msprlab.engine.config import ConfigError, EdgesConfig, IntentConfig, RoleCo
 from msprlab.engine.roles import POLICY_NAMES
 
 from .errors import ExperimentError
-from .metrics import parse_metric
+from .measures.metrics import parse_metric
+from .measures.splits import SplitSpec
 from .replay import FREQUENCY_MODES
-from .splits import SplitSpec
 
 __all__ = ["ARMS", "CONFIG_DIR", "ExperimentConfig", "ExperimentError", "load_experiment",
            "shipped_experiments"]

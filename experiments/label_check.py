@@ -33,12 +33,12 @@ from .arms import experiment_arms
 from .cli.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
 from .console_tables import fmt
 from .experiment_config import ExperimentConfig, judged_metric, load_experiment
-from .metrics import parse_metric
+from .measures.metrics import parse_metric
+from .measures.summaries import summarize
 from .replay import CandidateTable
 from .stages.ablate import ablate
 from .stages.prepare import prepare_store
 from .stages.replay_tables import Labels, Prepared, replay_tables, window_table
-from .summaries import summarize
 
 __all__ = ["agreement", "summaries", "truth_prepared", "with_truth"]
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from msprlab.engine.batch import FEATURES, WEIGHTS, Weights
 
-from .scoring import Arm, Scorer
+from .measures.scoring import Arm, Scorer
 
 __all__ = ["SWEEP", "cosine", "planted_arm", "planted_recovery", "read_planted", "recovery"]
 

@@ -36,10 +36,10 @@ from msprlab.datasets.schema import Dataset
 from msprlab.datasets.timeline import Corpus, SeedPlan, Timeline, _search_groups, corpus_of
 from msprlab.engine import EngineConfig, new_state
 
-from .funnel import ideal_rankings
-from .metrics import Metric
+from .measures.funnel import ideal_rankings
+from .measures.metrics import Metric
+from .measures.scoring import per_search_frame, ranking_values
 from .replay import CandidateTable
-from .scoring import per_search_frame, ranking_values
 from .variants.walk import query_vectors
 
 __all__ = ["BM25_LABEL", "POOL_IDEAL_LABEL", "REFERENCE_RANKERS", "ReferenceRun",

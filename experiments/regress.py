@@ -40,11 +40,11 @@ from msprlab.experiments.cli.exits import (
 )
 
 from .experiment_config import ExperimentError, load_experiment, replayable_engine
-from .metrics import parse_metric
-from .scoring import Arm, Scorer, arm_of
+from .measures.metrics import parse_metric
+from .measures.scoring import Arm, Scorer, arm_of
+from .measures.stats import noninferior
 from .stages.prepare import prepare_store
 from .stages.replay_tables import replay_tables
-from .stats import noninferior
 
 __all__ = ["DEFAULT_DEFINITION", "add_regress_command", "run_regress"]
 

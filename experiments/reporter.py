@@ -70,7 +70,7 @@ from .console_tables import (
 )
 from .errors import redact_url
 from .experiment_config import ExperimentConfig, judged_metric
-from .metrics import parse_metric
+from .measures.metrics import parse_metric
 from .recovery import SWEEP
 from .stages.ablate import Ablation
 from .stages.held_out import HeldOutResult

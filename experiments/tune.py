@@ -100,8 +100,8 @@ from msprlab.engine.batch import INTENTS, WEIGHTS, Weights
 from .bundle import SNIPPET
 from .databases import driver_hint, sqlalchemy_url
 from .errors import ExperimentError, redact_url
-from .metrics import parse_metric
-from .scoring import Arm, Scorer
+from .measures.metrics import parse_metric
+from .measures.scoring import Arm, Scorer
 
 __all__ = ["DEFAULT_STUDY_DIR", "HEARTBEAT", "MIN_IMPORTANCE_TRIALS", "PRUNERS", "SAMPLERS",
            "STALE_ATTR", "WORKER_ATTR", "Objective", "SearchSpace", "TrialRecord", "TuneResult",

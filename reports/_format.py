@@ -3,7 +3,7 @@
 Significance is read from the comparison frame's adjusted p-values: a test is marked when
 its adjusted p is below `ALPHA`. The method text (which CI, which tests, which correction)
 comes from the frame's own method columns, so the printed statement cannot drift from
-what `experiments.stats.compare` computed.
+what `experiments.measures.stats.compare` computed.
 """
 
 from __future__ import annotations

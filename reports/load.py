@@ -6,7 +6,7 @@ files that are absent in `Results.missing`, and refuses only a folder holding no
 bundle's result files. A part that is present must have its columns: a frame written by
 other code is an error naming the file and the columns it lacks, not a half-rendered table.
 
-The stage funnel (`experiments.funnel`) is read from both of its files into one wide frame,
+The stage funnel (`experiments.measures.funnel`) is read from both of its files into one wide frame,
 `Results.funnel`: the ladder arms of `bundle.ABLATION_FUNNEL`, then the arms of
 `bundle.TEST_FUNNEL` the ladder lacks (`tuned`, and `off` and `on-zero` in a `tune` run),
 `tuned` last. Both files are on the test window, so an arm in both has the same funnel.
@@ -56,7 +56,7 @@ AUDIT_COLUMNS = ("arm", "mode", "searches", "returned", "leaked", "leaked_search
 TRIAL_COLUMNS = ("number", "state")
 FUNNEL_SUMMARY_COLUMNS = ("arm", "unit", "group_by", "group", "metric", "n", "mean",
                           "low_support")
-# The funnel's stages (`experiments.funnel.FUNNEL_COLUMNS`) and the share of the ceiling.
+# The funnel's stages (`experiments.measures.funnel.FUNNEL_COLUMNS`) and the share of the ceiling.
 FUNNEL_METRICS = ("seed_recall", "pool_recall", "ceiling", "achieved", "lost", "share")
 
 # The files a full bundle holds (per-query frames and TREC runs are globbed apart).

@@ -17,7 +17,7 @@ from msprlab.datasets.trec import read_qrels, read_run
 from msprlab.experiments.cli import main
 from msprlab.experiments.cli.evaluate import evaluate_run, rank_like_trec_eval
 from msprlab.experiments.cli.exits import EXIT_BAD_INPUT, EXIT_OK
-from msprlab.experiments.metrics import parse_metric
+from msprlab.experiments.measures.metrics import parse_metric
 
 QRELS = """\
 q1 0 m1 2

@@ -17,7 +17,7 @@ from msprlab.experiments.experiment_config import (
     load_experiment,
     shipped_experiments,
 )
-from msprlab.experiments.scoring import arm_of
+from msprlab.experiments.measures.scoring import arm_of
 
 SMALL = """
 name = "small"

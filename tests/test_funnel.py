@@ -1,4 +1,4 @@
-"""The stage funnel (experiments/funnel.py): seed and pool recall and the pool's ceiling by
+"""The stage funnel (experiments/measures/funnel.py): seed and pool recall and the pool's ceiling by
 hand, the ceiling as an upper bound of every weight vector, and `msprlab ablate` printing,
 bundling and logging it."""
 
@@ -15,11 +15,11 @@ from test_experiments import SMALL
 
 from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import load_experiment
-from msprlab.experiments.funnel import funnel_frame, ideal_rankings, shares
-from msprlab.experiments.metrics import parse_metric
+from msprlab.experiments.measures.funnel import funnel_frame, ideal_rankings, shares
+from msprlab.experiments.measures.metrics import parse_metric
+from msprlab.experiments.measures.scoring import Arm, Scorer
 from msprlab.experiments.references import pool_ideal_run, reference_frame
 from msprlab.experiments.replay import CandidateTable
-from msprlab.experiments.scoring import Arm, Scorer
 from msprlab.experiments.stages.prepare import prepare_store
 from msprlab.experiments.stages.replay_tables import replay_tables, window_table
 

@@ -5,6 +5,8 @@
 - No two modules import each other, directly or round a longer circle, counting imports
   inside functions and under TYPE_CHECKING too (a lazy import hides a circle, it does not
   break it).
+- `experiments/` holds at most 15 modules at its top level: new code goes into a
+  sub-package named for its concern (`measures/`, `stages/`, `cli/`, ...).
 """
 
 from __future__ import annotations
@@ -104,3 +106,8 @@ def test_no_import_circles() -> None:
         if v not in index:
             visit(v)
     assert not circles, circles
+
+
+def test_experiments_top_level_stays_small() -> None:
+    top = sorted(p.stem for p in (ROOT / "experiments").glob("*.py") if p.stem != "__init__")
+    assert len(top) <= 15, f"{len(top)} modules at experiments/'s top level: {top}"

@@ -15,7 +15,7 @@ import pytrec_eval
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msprlab.experiments.metrics import (
+from msprlab.experiments.measures.metrics import (
     KINDS,
     Judged,
     Metric,

@@ -30,11 +30,11 @@ from msprlab.engine.batch import FEATURES, WEIGHTS
 from msprlab.engine.roles import policy_from_name
 from msprlab.experiments.arms import baseline_arm
 from msprlab.experiments.experiment_config import load_experiment
-from msprlab.experiments.metrics import parse_metric
+from msprlab.experiments.measures.metrics import parse_metric
+from msprlab.experiments.measures.scoring import Arm, Scorer
+from msprlab.experiments.measures.splits import split_searches
 from msprlab.experiments.recovery import cosine, planted_arm, read_planted, recovery
 from msprlab.experiments.replay import replay
-from msprlab.experiments.scoring import Arm, Scorer
-from msprlab.experiments.splits import split_searches
 from msprlab.experiments.tune import Objective, SearchSpace, tune
 
 CFG = load_experiment("synthetic")

@@ -25,7 +25,7 @@ from msprlab.datasets.schema import (
 from msprlab.engine import EngineConfig
 from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import load_experiment
-from msprlab.experiments.metrics import parse_metric
+from msprlab.experiments.measures.metrics import parse_metric
 from msprlab.experiments.references import bm25_rankings, reference_frame, reference_runs
 from msprlab.experiments.replay import replay
 from msprlab.experiments.stages.prepare import prepare_store

@@ -13,7 +13,8 @@ from polars.testing import assert_frame_equal
 
 from msprlab.engine.batch import WEIGHTS
 from msprlab.experiments.errors import ExperimentError
-from msprlab.experiments.metrics import evaluate, judged_from_frames, parse_metric
+from msprlab.experiments.measures.metrics import evaluate, judged_from_frames, parse_metric
+from msprlab.experiments.measures.scoring import Arm, Scorer
 from msprlab.experiments.replay import (
     CandidateTable,
     cached_replay,
@@ -22,7 +23,6 @@ from msprlab.experiments.replay import (
     success_twin,
     table_key,
 )
-from msprlab.experiments.scoring import Arm, Scorer
 
 from replay_world import StripedPolicy, signals, world
 

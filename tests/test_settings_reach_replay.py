@@ -28,9 +28,9 @@ from msprlab.engine import EngineConfig
 from msprlab.engine.config import RetrievalConfig, as_dict
 from msprlab.experiments.cli import main
 from msprlab.experiments.experiment_config import ExperimentError, load_experiment
-from msprlab.experiments.metrics import parse_metric
+from msprlab.experiments.measures.metrics import parse_metric
+from msprlab.experiments.measures.scoring import Scorer, arm_of
 from msprlab.experiments.replay import CandidateTable, replay, table_key
-from msprlab.experiments.scoring import Scorer, arm_of
 from msprlab.experiments.stages.replay_tables import replay_tables
 
 from replay_world import StripedPolicy, signals, world

@@ -29,10 +29,10 @@ pytest.importorskip("outhad_contextkit")
 from msprlab.datasets.scenario import parse_scenario
 from msprlab.datasets.scenario_gen import generate_scenario
 from msprlab.engine import EngineConfig, config_from_dict
+from msprlab.experiments.measures.scoring import Arm
 from msprlab.experiments.parity.adapter import run_scenario_with_contextkit
 from msprlab.experiments.parity.scenario_diff import diff_outputs, format_divergences, tolerance_for
 from msprlab.experiments.parity.scenario_run import run_parsed
-from msprlab.experiments.scoring import Arm
 from msprlab.experiments.tune import best_config_snippet, tuned_config
 
 pytestmark = pytest.mark.parity

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msprlab.experiments.splits import SplitSpec, split_searches, time_split, window_split
+from msprlab.experiments.measures.splits import SplitSpec, split_searches, time_split, window_split
 
 T0 = datetime(2026, 1, 1)
 

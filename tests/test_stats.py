@@ -10,7 +10,7 @@ import pytest
 from polars.testing import assert_frame_equal
 from scipy import stats as scipy_stats
 
-from msprlab.experiments.stats import (
+from msprlab.experiments.measures.stats import (
     adjust_pvalues,
     aggregate,
     compare,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 from scipy import stats as scipy_stats
 
-from msprlab.experiments.stats import (
+from msprlab.experiments.measures.stats import (
     _exact_sign_flip_pvalue,
     _random_sign_flip_pvalues,
     _rng,

@@ -30,9 +30,9 @@ from msprlab.engine import config_from_dict
 from msprlab.engine.batch import WEIGHTS
 from msprlab.experiments import tune as tune_module
 from msprlab.experiments.cli.replay import all_signals_config
-from msprlab.experiments.metrics import parse_metric
+from msprlab.experiments.measures.metrics import parse_metric
+from msprlab.experiments.measures.scoring import Arm, Scorer, arm_of, weights_of
 from msprlab.experiments.replay import replay
-from msprlab.experiments.scoring import Arm, Scorer, arm_of, weights_of
 from msprlab.experiments.tune import (
     FIXED_ATTR,
     MIN_IMPORTANCE_TRIALS,

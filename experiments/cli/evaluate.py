@@ -27,7 +27,7 @@ from rich.table import Table
 from msprlab.datasets.trec import read_qrels, read_run
 from msprlab.datasets.validate import IngestError
 from msprlab.experiments.cli.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
-from msprlab.experiments.metrics import (
+from msprlab.experiments.measures.metrics import (
     KINDS,
     Judged,
     Metric,

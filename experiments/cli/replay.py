@@ -30,8 +30,8 @@ from msprlab.experiments.cli.exits import (
     stdout_console,
 )
 
+from ..measures.scoring import ranked_lists
 from ..replay import FREQUENCY_MODES, CandidateTable, cached_replay, replay
-from ..scoring import ranked_lists
 
 __all__ = ["add_replay_command", "all_signals_config", "load_engine_config"]
 

@@ -13,10 +13,10 @@ from msprlab.engine import EngineConfig
 from ..ablation import REFERENCES, AblationResult, ladder_arms
 from ..arms import ExperimentArms, arms_frame
 from ..experiment_config import ExperimentConfig
-from ..funnel import FUNNEL_COLUMNS, funnel_frame, shares, with_shares
-from ..metrics import parse_metric
-from ..scoring import Arm, Scorer
-from ..summaries import compare_units, summarize
+from ..measures.funnel import FUNNEL_COLUMNS, funnel_frame, shares, with_shares
+from ..measures.metrics import parse_metric
+from ..measures.scoring import Arm, Scorer
+from ..measures.summaries import compare_units, summarize
 from .replay_tables import Prepared, split_tables
 
 __all__ = ["Ablation", "ablate", "ablation_stage", "arm_funnels", "side_effect_frame"]

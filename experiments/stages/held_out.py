@@ -12,11 +12,11 @@ import polars as pl
 
 from ..arms import ExperimentArms, arms_frame
 from ..experiment_config import ExperimentConfig
-from ..funnel import shares, with_shares
-from ..metrics import Metric
+from ..measures.funnel import shares, with_shares
+from ..measures.metrics import Metric
+from ..measures.scoring import Arm, Scorer, arm_of
+from ..measures.summaries import GROUPS, compare_units, summarize
 from ..replay import question_of
-from ..scoring import Arm, Scorer, arm_of
-from ..summaries import GROUPS, compare_units, summarize
 from .ablate import arm_funnels
 from .replay_tables import Prepared, window_table
 

@@ -12,7 +12,7 @@ import polars as pl
 from msprlab.engine import EngineConfig
 
 from ..experiment_config import ExperimentConfig
-from ..scoring import arm_of
+from ..measures.scoring import arm_of
 from .prepare import Stage, quiet
 from .replay_tables import Prepared, replay_tables, split_tables
 

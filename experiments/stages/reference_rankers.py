@@ -10,8 +10,8 @@ import polars as pl
 
 from ..ablation import AblationResult
 from ..experiment_config import ExperimentConfig
-from ..metrics import parse_metric
-from ..summaries import compare_units, summarize
+from ..measures.metrics import parse_metric
+from ..measures.summaries import compare_units, summarize
 from .replay_tables import Prepared, window_table
 
 if TYPE_CHECKING:

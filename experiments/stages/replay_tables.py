@@ -26,8 +26,8 @@ from msprlab.engine.roles import RolePolicy, policy_from_name
 
 from ..errors import ExperimentError
 from ..experiment_config import ExperimentConfig
+from ..measures.splits import split_searches
 from ..replay import CandidateTable, cached_replay, derive_table, success_twin, table_key
-from ..splits import split_searches
 from .prepare import Stage, quiet
 
 __all__ = ["LABEL_SOURCE", "VERDICT_LABELS", "Labels", "Prepared", "replay_tables",

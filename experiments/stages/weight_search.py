@@ -13,8 +13,8 @@ from msprlab.datasets.sidecars import journal_path
 from ..arms import baseline_arm
 from ..errors import ExperimentError, redact_url
 from ..experiment_config import ExperimentConfig
-from ..metrics import Metric, parse_metric
-from ..scoring import Arm, Scorer
+from ..measures.metrics import Metric, parse_metric
+from ..measures.scoring import Arm, Scorer
 from .replay_tables import Prepared, window_table
 
 if TYPE_CHECKING:

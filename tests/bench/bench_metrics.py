@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from msprlab.experiments.metrics import Judged, evaluate, judged_from_frames, parse_metric
+from msprlab.experiments.measures.metrics import Judged, evaluate, judged_from_frames, parse_metric
 
 METRICS = ("ndcg@10", "recall@100", "mrr")
 PYTREC_MEASURES = {"ndcg_cut.10", "recall.100", "recip_rank"}

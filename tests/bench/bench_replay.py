@@ -19,7 +19,7 @@ Measured side by side in one run (the machine is shared: compare the ratios):
    search at most once per hour of log time (in these logs, at half the searches or more).
 2. One trial, as a tuner runs it: score a weight vector for 10,000 searches x 50
    candidates (`engine.batch`), rank the judged rows and compute ndcg@10, recall@100 and
-   mrr (`experiments.metrics`). The candidate table is synthetic (random features with
+   mrr (`experiments.measures.metrics`). The candidate table is synthetic (random features with
    ties, about 2 judged rows per search), shaped like a replay's. Alternating with it, the
    same trial through the NumPy formulation the compiled kernels replaced (same results,
    checked); the one-time cost of the first call (numba); then a pass that only reads the
@@ -56,7 +56,7 @@ from msprlab.engine.batch import (
     scores_numpy,
     warm_up,
 )
-from msprlab.experiments.metrics import Judged, evaluate, parse_metric
+from msprlab.experiments.measures.metrics import Judged, evaluate, parse_metric
 
 
 def synthetic_block(n_searches: int, width: int, seed: int) -> tuple[CandidateBlock, Judged,

@@ -52,9 +52,9 @@ from optuna.storages import InMemoryStorage, JournalStorage
 
 from msprlab.engine.batch import WEIGHTS
 from msprlab.experiments import tune as tune_module
-from msprlab.experiments.metrics import parse_metric
-from msprlab.experiments.scoring import Scorer, arm_of
-from msprlab.experiments.splits import SplitSpec, split_searches
+from msprlab.experiments.measures.metrics import parse_metric
+from msprlab.experiments.measures.scoring import Scorer, arm_of
+from msprlab.experiments.measures.splits import SplitSpec, split_searches
 from msprlab.experiments.tune import Objective, SearchSpace, tune
 
 DEFAULT_STORE = Path("build/bench/locomo.duckdb")

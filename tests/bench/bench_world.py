@@ -194,8 +194,8 @@ def run_world(root: Path, *, users: int, memories: int, searches: int, trials: i
     so their peak memory is that of a run, not of a run that generated the world first (the
     generator's freed memory stays mapped in the process that used it)."""
     from msprlab.experiments.arms import baseline_arm, experiment_arms
-    from msprlab.experiments.metrics import parse_metric
-    from msprlab.experiments.scoring import Scorer
+    from msprlab.experiments.measures.metrics import parse_metric
+    from msprlab.experiments.measures.scoring import Scorer
     from msprlab.experiments.stages.ablate import ablate
     from msprlab.experiments.stages.prepare import store_path
     from msprlab.experiments.stages.replay_tables import replay_tables, window_table

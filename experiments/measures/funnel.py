@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from ..replay import CandidateTable
 from .metrics import Metric
-from .replay import CandidateTable
 from .scoring import ranking_values
 
 __all__ = ["FUNNEL_COLUMNS", "FUNNEL_LABEL", "funnel_frame", "ideal_rankings", "shares",

@@ -33,8 +33,8 @@ from msprlab.engine.batch import (
     warm_up,
 )
 
+from ..replay import CandidateTable, question_of
 from .metrics import Judged, Metric, evaluate, judged_from_frames
-from .replay import CandidateTable, question_of
 
 __all__ = ["Arm", "Scorer", "arm_of", "per_search_frame", "ranked_lists", "ranking_values",
            "weights_of"]

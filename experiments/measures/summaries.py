@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from .experiment_config import ExperimentConfig
+from ..experiment_config import ExperimentConfig
 from .stats import aggregate, compare
 
 __all__ = ["GROUPS", "UNITS", "compare_units", "summarize"]

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from .errors import ExperimentError
+from ..errors import ExperimentError
 
 __all__ = ["SPLIT_LABELS", "SplitSpec", "split_searches", "time_split", "window_split"]
 
