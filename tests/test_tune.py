@@ -28,7 +28,6 @@ from msprlab.datasets.simulate import simulate_log
 from msprlab.datasets.synthetic import SyntheticSpec, generate_synthetic
 from msprlab.engine import config_from_dict
 from msprlab.engine.batch import WEIGHTS
-from msprlab.experiments import tune as tune_module
 from msprlab.experiments.cli.replay import all_signals_config
 from msprlab.experiments.measures.metrics import parse_metric
 from msprlab.experiments.measures.scoring import Arm, Scorer, arm_of, weights_of
@@ -49,6 +48,9 @@ from msprlab.experiments.tune import (
     trials_message,
     tune,
 )
+from msprlab.experiments.tune import result as tune_result
+from msprlab.experiments.tune import space as tune_space
+from msprlab.experiments.tune import workers as tune_workers
 
 NEW = ("epsilon_frequency", "delta_personal", "zeta_success")
 
@@ -226,7 +228,7 @@ def test_the_trial_callback_stops_once_the_study_holds_the_target() -> None:
     get_trials = study.get_trials
     study.get_trials = lambda *a, **k: reads.append(1) or get_trials(*a, **k)  # type: ignore
     study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=10,
-                   callbacks=[tune_module._AfterTrial(5, lambda s, t: seen.append(t.number))])
+                   callbacks=[tune_workers._AfterTrial(5, lambda s, t: seen.append(t.number))])
     assert len(reads) == 1  # the trials are read only once their numbers reach the target
     assert seen == [2, 3, 4] and len(get_trials()) == 5
 
@@ -241,13 +243,13 @@ def test_random_sampler_and_wilcoxon_pruner(journal_dir: Path) -> None:
     # trial 0 reported every step; step k is the mean of block k of the covered searches
     steps = pruned.study.trials[0].intermediate_values
     covered = int((~np.isnan(scorer().values(base())["ndcg@10"])).sum())
-    sizes = [b.size for b in np.array_split(np.arange(covered), tune_module.WILCOXON_STEPS)]
-    assert sorted(steps) == list(range(tune_module.WILCOXON_STEPS))
+    sizes = [b.size for b in np.array_split(np.arange(covered), tune_space.WILCOXON_STEPS)]
+    assert sorted(steps) == list(range(tune_space.WILCOXON_STEPS))
     weighted = sum(steps[k] * size for k, size in enumerate(sizes)) / covered
     assert weighted == pytest.approx(pruned.trials["ndcg@10"][0], abs=1e-12)
     for trial in pruned.study.trials:  # pruned at a check, after every PRUNE_EVERY steps
         if trial.state == optuna.trial.TrialState.PRUNED:
-            assert len(trial.intermediate_values) % tune_module.PRUNE_EVERY == 0
+            assert len(trial.intermediate_values) % tune_space.PRUNE_EVERY == 0
 
 
 def test_cmaes_works_or_names_the_package_to_install(journal_dir: Path) -> None:
@@ -276,7 +278,7 @@ def test_importance_needs_enough_trials(journal_dir: Path, monkeypatch) -> None:
     few = run(journal_dir, "few", n_trials=5, sampler="random")
     assert few.importance == {}
     assert f"5 completed trials, PED-ANOVA needs at least {MIN_IMPORTANCE_TRIALS}" in few.notes[0]
-    monkeypatch.setattr(tune_module, "MIN_IMPORTANCE_TRIALS", 12)  # fewer trials, same path
+    monkeypatch.setattr(tune_result, "MIN_IMPORTANCE_TRIALS", 12)  # fewer trials, same path
     enough = run(journal_dir, "enough", n_trials=12, sampler="random")
     shares = enough.importance["ndcg@10"]
     assert set(shares) == set(NEW) and sum(shares.values()) == pytest.approx(1.0)

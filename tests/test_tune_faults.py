@@ -26,7 +26,8 @@ from optuna.trial import FrozenTrial, TrialState
 from test_tune import TUNE_DEFINITION, run
 
 from msprlab.experiments.cli import main
-from msprlab.experiments.tune import STALE_ATTR, ProcessSafeJournal, _RunLock
+from msprlab.experiments.tune import STALE_ATTR, ProcessSafeJournal
+from msprlab.experiments.tune.journal import RunLock
 
 
 def trials_of(journal: Path) -> list[FrozenTrial]:
@@ -123,7 +124,7 @@ def test_a_running_trial_is_failed_only_when_no_other_process_holds_the_study(
     first = run(tmp_path, n_trials=3, sampler="random")
     zombie = optuna.load_study(study_name="study", storage=first.study._storage).ask()
     journal = tmp_path / "study.journal"
-    with _RunLock(journal) as live:  # as another tune process holds it while it runs
+    with RunLock(journal) as live:  # as another tune process holds it while it runs
         live.share()
         messages: list[str] = []
         during = run(tmp_path, n_trials=5, sampler="random", on_recovered=messages.append)
@@ -261,10 +262,11 @@ def test_a_queued_trial_another_worker_started_is_left_to_it(tmp_path: Path) -> 
     trial then ended in UpdateFinishedTrialError)."""
     from optuna.trial import TrialState
 
-    from msprlab.experiments.tune import DROPPED_ATTR, _SharedRDB
+    from msprlab.experiments.tune import DROPPED_ATTR
+    from msprlab.experiments.tune.database import SharedRDB
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    first, second = (_SharedRDB(url, target=2, heartbeat=(1, 2)) for _ in range(2))
+    first, second = (SharedRDB(url, target=2, heartbeat=(1, 2)) for _ in range(2))
     study = optuna.create_study(study_name="s", storage=first)
     study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=0.0))
     study.enqueue_trial({})
@@ -283,10 +285,10 @@ def test_a_stale_trials_retry_is_queued_with_its_fail(tmp_path: Path,
     retry already queued and the target held: the retry keeps the dead worker's slot. (With
     Optuna's order, FAIL first and the retry after, the fresh trial took the slot and the
     retry was dropped: 2 of 4 two-process PostgreSQL runs.)"""
-    from msprlab.experiments.tune import _SharedRDB, _TargetReached
+    from msprlab.experiments.tune.database import SharedRDB, TargetReached
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    dying, other = (_SharedRDB(url, target=2, heartbeat=(1, 1)) for _ in range(2))
+    dying, other = (SharedRDB(url, target=2, heartbeat=(1, 1)) for _ in range(2))
     study = optuna.create_study(study_name="s", storage=dying)
     study.add_trial(optuna.trial.create_trial(params={"x": 0.5}, value=0.0, distributions={
         "x": optuna.distributions.FloatDistribution(0.0, 1.0)}))
@@ -302,12 +304,12 @@ def test_a_stale_trials_retry_is_queued_with_its_fail(tmp_path: Path,
         if state == TrialState.FAIL:
             try:
                 fresh.append(other.create_new_trial(study_id))
-            except _TargetReached as exc:
+            except TargetReached as exc:
                 fresh.append(exc)
         return done
     monkeypatch.setattr(dying, "set_trial_state_values", then_a_fresh_trial)
     optuna.storages.fail_stale_trials(study)
-    assert len(fresh) == 1 and isinstance(fresh[0], _TargetReached)
+    assert len(fresh) == 1 and isinstance(fresh[0], TargetReached)
     trials = dying.get_all_trials(study_id)
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
     retry = trials[2]
@@ -323,9 +325,9 @@ def test_stale_trials_are_failed_under_the_setup_lock(tmp_path: Path) -> None:
     the idle transaction)."""
     import threading
 
-    from msprlab.experiments.tune import _SharedRDB
+    from msprlab.experiments.tune.database import SharedRDB
 
-    storage = _SharedRDB(f"sqlite:///{tmp_path / 'study.db'}", target=3, heartbeat=(1, 1))
+    storage = SharedRDB(f"sqlite:///{tmp_path / 'study.db'}", target=3, heartbeat=(1, 1))
     study = optuna.create_study(study_name="s", storage=storage)
     study_id = storage.get_study_id_from_name("s")
     storage.create_new_trial(study_id)                # a worker dies before any beat

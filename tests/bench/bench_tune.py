@@ -51,11 +51,14 @@ import polars as pl
 from optuna.storages import InMemoryStorage, JournalStorage
 
 from msprlab.engine.batch import WEIGHTS
-from msprlab.experiments import tune as tune_module
 from msprlab.experiments.measures.metrics import parse_metric
 from msprlab.experiments.measures.scoring import Scorer, arm_of
 from msprlab.experiments.measures.splits import SplitSpec, split_searches
 from msprlab.experiments.tune import Objective, SearchSpace, tune
+from msprlab.experiments.tune import journal as tune_journal
+from msprlab.experiments.tune import space as tune_space
+from msprlab.experiments.tune import study as tune_study
+from msprlab.experiments.tune import workers as tune_workers
 
 DEFAULT_STORE = Path("build/bench/locomo.duckdb")
 SAMPLING = ("infer_relative_search_space", "sample_relative", "sample_independent")
@@ -150,15 +153,15 @@ def instrument(clock: Clock) -> None:
     for storage in (JournalStorage, InMemoryStorage):
         for method in STORAGE_READS_WRITES:
             clock.wrap(storage, method, "storage in sampling", within="sampling")
-    clock.wrap(tune_module.ProcessSafeJournal, "append_logs", "journal.appends",
+    clock.wrap(tune_journal.ProcessSafeJournal, "append_logs", "journal.appends",
                count=lambda _self, logs: len(logs))
-    clock.wrap(tune_module.ProcessSafeJournal, "read_logs", "journal.reads")
-    clock.wrap(tune_module._Objective, "__call__", "objective")
+    clock.wrap(tune_journal.ProcessSafeJournal, "read_logs", "journal.reads")
+    clock.wrap(tune_space.TrialFunction, "__call__", "objective")
     clock.wrap(optuna.trial.Trial, "suggest_float", "suggest_float")
     clock.wrap(Scorer, "values", "scorer.values")
-    clock.wrap(tune_module._AfterTrial, "__call__", "callback")
-    clock.wrap(tune_module, "_prepare", "prepare")
-    clock.wrap(tune_module, "_result", "result")
+    clock.wrap(tune_workers._AfterTrial, "__call__", "callback")
+    clock.wrap(tune_study, "trial_function", "prepare")
+    clock.wrap(tune_study, "study_result", "result")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,27 @@
+"""What msprlab records in an Optuna study besides Optuna's own records (the names of its
+user attributes), and which trial states count toward a study's target of trials."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import TrialState
+
+BASELINE_ATTR = "msprlab_baseline"
+SETTINGS_ATTR = "msprlab_tune"
+# On the study: {"name", "seed"} of the sampler it runs with; on each trial: the name.
+SAMPLER_ATTR = "msprlab_sampler"
+SWITCHES_ATTR = "msprlab_sampler_switches"  # on the study: each switch, in order
+FIXED_ATTR = "msprlab_fixed"                # on the study: `SearchSpace.note()`
+STALE_ATTR = "msprlab_stale"  # on a trial a dead process left RUNNING, failed on resume
+WORKER_ATTR = "msprlab_worker"  # on each trial: "HOST:PID" of the process that ran it
+JOINS_ATTR = "msprlab_joins"    # on a database study: how many tune processes joined it
+IDENTITY_PREFIX = "msprlab_"    # + each `identity` key: "msprlab_dataset_digest", ...
+DROPPED_ATTR = "msprlab_dropped_retry"  # on a queued retry the study no longer needed
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)  # toward the target; a FAIL never is
+
+
+def counted_trials(study: optuna.Study) -> int:
+    """The trials that count toward the target: COMPLETE and PRUNED, never a FAIL (a trial
+    a dead process left RUNNING, failed on resume or by the heartbeat, is run again)."""
+    return len(study.get_trials(deepcopy=False, states=COUNTED))
