@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -108,6 +109,27 @@ class ReferencesSection:
 
 
 @dataclass(frozen=True)
+class FidelitySection:
+    """Is the replay production? On a store holding production's end state (ContextKit
+    artifacts), the replay under [engine] is compared with it before any table
+    (`experiments/fidelity`); below a threshold the run stops (exit 2) or warns."""
+
+    enabled: bool = True
+    on_fail: str = "stop"       # "stop": exit 2 before any table; "warn": go on, marked
+    search: bool = True         # on a failure, try the settings production may have run
+    tolerance: float = 1e-6     # relevance, floors, edge weights and deltas: equal within
+    min_nodes: float = 0.95     # share of nodes whose relevance and floor the replay reaches
+    min_edges: float = 0.95     # share of edges with equal weights
+    min_deltas: float = 0.99    # share of verdicts whose delta_applied the replay applies
+    min_in_top: float = 0.90    # share of verdicted memories in the replayed top k
+    min_ranks: float = 0.80     # share of recorded ranks (metadata.rank) reproduced exactly
+
+    def thresholds(self) -> dict[str, float]:
+        return {"nodes": self.min_nodes, "edges": self.min_edges, "deltas": self.min_deltas,
+                "in_top": self.min_in_top, "ranks": self.min_ranks}
+
+
+@dataclass(frozen=True)
 class TuneSection:
     trials: int = 300
     sampler: str = "tpe"
@@ -148,6 +170,7 @@ class ExperimentConfig:
     tune: TuneSection
     tracking: TrackingSection
     raw: Mapping[str, Any] = field(repr=False)
+    fidelity: FidelitySection = field(default_factory=FidelitySection)
 
     def digest(self) -> str:
         """sha256 of the definition as parsed (the config hash every result carries)."""
@@ -156,7 +179,7 @@ class ExperimentConfig:
 
 
 _TOP = ("name", "description", "seed", "dataset", "split", "engine", "replay", "metrics",
-        "ablation", "references", "tune", "tracking")
+        "ablation", "references", "tune", "tracking", "fidelity")
 
 
 def _section(cls: type, raw: Any, where: str) -> Any:
@@ -396,8 +419,14 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
             raise ExperimentError(f"tune.objectives: {objective!r} measures {metric!r}, which "
                                   f"is not in metrics.names {list(metrics.names)}")
     tracking = _section(TrackingSection, raw.get("tracking"), "tracking")
+    fidelity = _section(FidelitySection, raw.get("fidelity"), "fidelity")
+    _choice("fidelity.on_fail", fidelity.on_fail, ("stop", "warn"))
+    for key, value in (("tolerance", fidelity.tolerance), *(
+            (f"min_{name}", v) for name, v in fidelity.thresholds().items())):
+        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            raise ExperimentError(f"fidelity.{key} must be in [0, 1], got {value!r}")
     return ExperimentConfig(
         name=name, path=path, description=str(raw.get("description", "")), seed=seed,
         dataset=dataset, split=split, engine=engine, engine_dict=engine_dict, replay=replay,
         metrics=metrics, ablation=ablation, references=references, tune=tune,
-        tracking=tracking, raw=raw)
+        tracking=tracking, raw=raw, fidelity=fidelity)

@@ -60,6 +60,7 @@ from msprlab.engine.config import as_dict
 from msprlab.engine.intent import Classifier
 from msprlab.engine.roles import RolePolicy
 from msprlab.engine.search import counts_access
+from msprlab.engine.state import EngineState
 
 from .errors import ExperimentError
 from .variants.settings import reaching, state_of
@@ -288,7 +289,8 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
            limit: int | None = None, policy: RolePolicy | None = None,
            classifier: Classifier | None = None, progress: Progress | None = None,
            engine_rankings: bool = False,
-           seed_index: DenseIndex | None = None) -> CandidateTable:
+           seed_index: DenseIndex | None = None,
+           end_state: Callable[[EngineState], None] | None = None) -> CandidateTable:
     """Walk `ds.events` through the engine and return the candidate table.
 
     Parameters
@@ -305,10 +307,13 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
     engine_rankings : also run the sequential engine with `config`'s own weights and keep
         its ranking per search (`searches.engine`): the reference the batch scorer must
         reproduce (tests and `msprlab replay --check`); in `logged` mode it doubles the cost.
+    end_state : called with the engine state once every event is replayed: what the
+        fidelity check compares with production's end state (`experiments.fidelity`).
     """
     return replay_variants(ds, [config], limits=[limit], frequency=frequency, policy=policy,
                            classifier=classifier, progress=progress,
-                           engine_rankings=engine_rankings, seed_index=seed_index)[0]
+                           engine_rankings=engine_rankings, seed_index=seed_index,
+                           end_state=end_state)[0]
 
 
 def replay_variants(ds: Dataset, configs: Sequence[EngineConfig], *,
@@ -316,12 +321,15 @@ def replay_variants(ds: Dataset, configs: Sequence[EngineConfig], *,
                     frequency: FrequencyMode = "logged", policy: RolePolicy | None = None,
                     classifier: Classifier | None = None, progress: Progress | None = None,
                     engine_rankings: bool = False,
-                    seed_index: DenseIndex | None = None) -> list[CandidateTable]:
+                    seed_index: DenseIndex | None = None,
+                    end_state: Callable[[EngineState], None] | None = None,
+                    ) -> list[CandidateTable]:
     """`replay` of each configuration (with its limit, `limits[i]`), in one walk over the
     timeline: they must record the same state (`variants.settings.state_of`: they may
     differ in the search settings and the limit only), and each table equals that of a
     replay of its configuration alone, bit for bit. `logged` mode only, for more than
-    one. Each table's `meta["cost"]` holds its engine time per evaluated search."""
+    one. Each table's `meta["cost"]` holds its engine time per evaluated search;
+    `end_state` is called with the engine state once every event is replayed."""
     configs = list(configs)
     limits = [None] * len(configs) if limits is None else list(limits)
     if frequency not in FREQUENCY_MODES:
@@ -348,6 +356,10 @@ def replay_variants(ds: Dataset, configs: Sequence[EngineConfig], *,
             raise ExperimentError("replay: these configurations record different states "
                                   "(they differ in more than the search settings and the "
                                   "limit), so each needs a replay of its own")
+    if ds.source == "contextkit" and configs[0].decay.enabled:
+        # a ContextKit snapshot holds decayed weights: enter the edges at creation weight
+        from msprlab.datasets.sources.contextkit import edges_at_creation
+        ds = edges_at_creation(ds, configs[0].decay.half_life_days)
     check = None
     if engine_rankings:
         config = configs[0]
@@ -357,7 +369,7 @@ def replay_variants(ds: Dataset, configs: Sequence[EngineConfig], *,
     walked = walk(ds, [Variant(run, limit) for run, limit in zip(runs, limits, strict=True)],
                   counts_logged_access=frequency == "logged" and counts_access(configs[0]),
                   policy=policy, classifier=classifier, progress=progress, check=check,
-                  seed_index=seed_index)
+                  seed_index=seed_index, end_state=end_state)
     max_limit = _max_limit(ds)
     tables = []
     for config, limit, found in zip(configs, limits, walked.variants, strict=True):

@@ -135,14 +135,16 @@ class WalkResult:
 def walk(ds: Dataset, variants: Sequence[Variant], *, counts_logged_access: bool,
          policy: RolePolicy | None = None, classifier: Classifier | None = None,
          progress: Progress | None = None, check: EngineConfig | None = None,
-         seed_index: DenseIndex | None = None) -> WalkResult:
+         seed_index: DenseIndex | None = None,
+         end_state: Callable[[Any], None] | None = None) -> WalkResult:
     """Walk `ds.events` once, scoring every variant at each evaluated search.
 
     Every variant's `run` must record the same state (the caller checks it: they may
     differ in search settings only). `counts_logged_access`: the log's access events are
     applied (a `logged` replay of a configuration that counts accesses). `check`: also run
     the sequential engine with this configuration on a state of its own and keep its
-    ranking per search (`searches.engine`); one variant only.
+    ranking per search (`searches.engine`); one variant only. `end_state`: called with the
+    engine state once every event is walked (its configuration the first variant's).
     """
     if not variants:
         raise ExperimentError("replay: no configuration to replay")
@@ -152,13 +154,14 @@ def walk(ds: Dataset, variants: Sequence[Variant], *, counts_logged_access: bool
     with collector_paused():
         return _walk(ds, list(variants), counts_logged_access=counts_logged_access,
                      policy=policy, classifier=classifier, progress=progress, check=check,
-                     seed_index=seed_index)
+                     seed_index=seed_index, end_state=end_state)
 
 
 def _walk(ds: Dataset, variants: list[Variant], *, counts_logged_access: bool,
           policy: RolePolicy | None, classifier: Classifier | None,
           progress: Progress | None, check: EngineConfig | None,
-          seed_index: DenseIndex | None) -> WalkResult:
+          seed_index: DenseIndex | None,
+          end_state: Callable[[Any], None] | None) -> WalkResult:
     corpus = corpus_of(ds)
     if corpus.vectors is None:
         raise ExperimentError("replay: the dataset has no memory embeddings, so the dense seeds "
@@ -335,6 +338,8 @@ def _walk(ds: Dataset, variants: list[Variant], *, counts_logged_access: bool,
         state.config = first
     if progress is not None:
         progress(total, total)
+    if end_state is not None:
+        end_state(state)
     walked = []
     for variant, out, seconds in zip(variants, outs, own, strict=True):
         searches, candidates = out.frames(events, check_state is not None)
