@@ -143,6 +143,13 @@ class TuneSection:
     # without one before another worker fails the trial and runs it again.
     heartbeat: int = 10
     heartbeat_grace: int = 30
+    # The ranking settings searched beside the weights, in a study of its own (the
+    # configuration search, `variants.space`): its trial target and how trials are grouped
+    # (`tune.configuration`). Empty: no configuration search.
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    config_trials: int = 100
+    points_per_state: int = 4
+    trials_per_point: int = 5
 
 
 @dataclass(frozen=True)
@@ -297,6 +304,24 @@ def _refuse_unreplayable(engine: EngineConfig, ignored: list[str],
                 "replay.policy or remove it")
 
 
+def _settings_search(tune: TuneSection, engine: EngineConfig, replay: ReplaySection) -> None:
+    """`[tune.settings]` and its knobs, checked before any work (`variants.space`)."""
+    if not tune.settings:
+        return
+    from .variants.space import parse_settings
+    if replay.frequency != "logged":
+        raise ExperimentError("tune.settings: a configuration search scores many settings "
+                              "from tables replayed with the log's access counts; set "
+                              "replay.frequency = \"logged\"")
+    parse_settings(tune.settings, engine, limit=replay.limit or None)
+    for key, low, high in (("config_trials", 1, 10**6), ("points_per_state", 1, 64),
+                           ("trials_per_point", 1, 1000)):
+        value = getattr(tune, key)
+        if not low <= value <= high:
+            raise ExperimentError(f"tune.{key}: `{low} <= {key} <= {high}` must hold, but got "
+                                  f"{value}")
+
+
 def _changed(prefix: str, value: Any, default: Any) -> list[str]:
     """The keys of a config block that differ from the library's defaults."""
     return [f"{prefix}.{f.name}" for f in fields(value)
@@ -405,7 +430,8 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         raise ExperimentError("tune.trials and tune.workers must be >= 1")
     try:
         tune = replace(tune, objectives=tuple(
-            "/".join([parse_metric(o.split("/")[0]).name, *o.split("/")[1:]])
+            o if o == "cost" else "/".join([parse_metric(o.split("/")[0]).name,
+                                           *o.split("/")[1:]])
             for o in tune.objectives))
     except ValueError as exc:
         raise ExperimentError(f"tune.objectives: {exc}") from None
@@ -413,9 +439,15 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         raise ExperimentError(f"tune.heartbeat and tune.heartbeat_grace: `1 <= heartbeat < "
                               f"heartbeat_grace` (seconds) must hold, but got "
                               f"{tune.heartbeat} and {tune.heartbeat_grace}")
+    _settings_search(tune, engine, replay)
     for objective in tune.objectives:
         metric = objective.split("/")[0]
-        if metric not in metrics.names:
+        if metric == "cost" and not tune.settings:
+            raise ExperimentError("tune.objectives: \"cost\" (the engine's time per search) "
+                                  "differs between configurations, not between weights: "
+                                  "search settings beside the weights ([tune.settings]) or "
+                                  "remove it")
+        if metric not in metrics.names and metric != "cost":
             raise ExperimentError(f"tune.objectives: {objective!r} measures {metric!r}, which "
                                   f"is not in metrics.names {list(metrics.names)}")
     tracking = _section(TrackingSection, raw.get("tracking"), "tracking")
