@@ -41,6 +41,7 @@ from ._format import (
     side_effect_rows,
     significance,
 )
+from .configuration import config_html
 from .load import Results
 from .provenance import config_text, provenance_items
 from .study import StudyView, study_view
@@ -332,7 +333,7 @@ def render_html(results: Results) -> str:
         missing=results.missing, parts=layout,  # the bundle's file names
         glance=_glance(results, primary, view), test=_test(results, primary),
         ablation=_ablation(results, primary), funnel=_funnel(results, primary),
-        study=_study(results, view),
+        study=_study(results, view), configuration=config_html(results.config),
         weights=_weights(results, view), audit=_audit(results),
         provenance=provenance_items(results.provenance),
         config=config_text(results.provenance))

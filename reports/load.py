@@ -43,6 +43,8 @@ from msprlab.experiments.bundle import (
     TEST_RUNS,
 )
 
+from .configuration import load_config
+
 __all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "FUNNEL_METRICS", "FUNNEL_SUMMARY_COLUMNS",
            "PARTS", "SUMMARY_COLUMNS", "BundleError", "Results", "load_bundle"]
 
@@ -121,6 +123,7 @@ class Results:
     # column per `FUNNEL_METRICS` (the mean; NaN where the file has none).
     funnel: pl.DataFrame | None = None
     missing: tuple[str, ...] = ()
+    config: Any = None  # `configuration.ConfigPart`: a configuration search's part, or None
 
 
 def _json(path: Path) -> Any:
@@ -239,4 +242,5 @@ def load_bundle(folder: Path | str) -> Results:
         test_runs=_line_counts(folder / TEST_RUNS),
         snippet=snippet, audit=frame(ISOLATION_AUDIT, AUDIT_COLUMNS),
         funnel=_funnel(*funnels.values()),
-        missing=tuple(p for p in PARTS if p not in present))
+        missing=tuple(p for p in PARTS if p not in present),
+        config=load_config(folder, _frame, _json, _funnel_wide))

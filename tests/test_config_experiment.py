@@ -75,6 +75,9 @@ def test_tune_searches_the_settings_and_score_reproduces_the_best_trials(
     chosen = score(path, bundle / CONFIG_SNIPPET, tmp_path, capsys)
     assert chosen["windows"]["train"]["objectives"]["ndcg@10"] == summary["chosen"]["values"][
         "ndcg@10"]
+    assert main(["report", str(bundle)]) == 0  # the report's configuration section
+    assert "## Configuration search" in (bundle / "summary.md").read_text()
+    assert 'id="configuration"' in (bundle / "report.html").read_text()
     weights = score(path, bundle / SNIPPET, tmp_path, capsys)
     best = json.loads((bundle / STUDY_SUMMARY).read_text())["best"][0]["values"]["ndcg@10"]
     assert weights["windows"]["train"]["objectives"]["ndcg@10"] == best

@@ -48,6 +48,7 @@ class ConfigTables:
     metrics: tuple[Metric, ...]
     progress: Stage = field(default=quiet, repr=False)
     on_walk: Any = field(default=None, repr=False)
+    cache_dir: Path | None = None  # the replay cache (None: beside the store)
     _prepared: Prepared | None = field(default=None, repr=False)
     _tables: TableStore | None = field(default=None, repr=False)
     _scorers: OrderedDict[tuple[str, str], Scorer] = field(default_factory=OrderedDict,
@@ -56,10 +57,11 @@ class ConfigTables:
 
     @staticmethod
     def of(cfg: ExperimentConfig, prepared: Prepared, metrics: Sequence[Metric], *,
-           progress: Stage = quiet, on_walk: Any = None) -> ConfigTables:
+           progress: Stage = quiet, on_walk: Any = None,
+           cache_dir: Path | None = None) -> ConfigTables:
         """The experiment's configuration tables, sharing the prepared dataset."""
         return ConfigTables(cfg, prepared.store, prepared.split.cast(str).to_numpy(),
-                            tuple(metrics), progress, on_walk, prepared)
+                            tuple(metrics), progress, on_walk, cache_dir, prepared)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(vars(self))
@@ -102,7 +104,8 @@ class ConfigTables:
                 dataset, _, self._questions = labelled(self.cfg, load_dataset(self.store))
             progress = self.progress
             self._tables = TableStore(
-                dataset, replay_cache_path(self.store), frequency=self.cfg.replay.frequency,
+                dataset, self.cache_dir or replay_cache_path(self.store),
+                frequency=self.cfg.replay.frequency,
                 policy=policy_of(self.cfg),
                 progress=lambda what, done, total: progress(what, done, total),
                 on_walk=self.on_walk)

@@ -21,6 +21,12 @@ def _f(value: Any, digits: int = 4, sign: bool = False) -> str:
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
+def _p(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
 def walks_line(stats: Mapping[str, Any], trials: int, seconds: float) -> str:
     """What the search replayed: walks, the tables built in them, the shared walks."""
     sizes = stats["variants_per_walk"]
@@ -57,8 +63,10 @@ def decision_table(decision: pl.DataFrame, *, title: str) -> Table:
     if decision.height:
         first = decision.row(0, named=True)
         caption = (f"{first['correction']}; test: {first['test']}; no effect needs the "
-                   f"interval within +-{first['equivalence_margin']:g}; a guardrail fails "
-                   f"where a loss of {first['noninferiority_margin']:g} cannot be ruled out")
+                   f"interval within +-{first['equivalence_margin']:g}; a guardrail (a group "
+                   f"of intent or question type) fails where a loss of "
+                   f"{first['noninferiority_margin']:g} cannot be ruled out; the bundle's "
+                   "config/decision.parquet holds each guardrail's figures")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=caption,
                   caption_justify="left")
     for column in ("chosen vs", "n", "reference", "chosen", "delta", "CI", "p (adj)",
@@ -66,8 +74,10 @@ def decision_table(decision: pl.DataFrame, *, title: str) -> Table:
         table.add_column(column, justify="left" if column in ("chosen vs", "verdict", "why")
                          else "right", no_wrap=column != "why")
     for r in decision.iter_rows(named=True):
+        why = (f"guardrail failed: {r['failed_guardrail']}" if r["failed_guardrail"]
+               else r["reason"] or "")
         table.add_row(r["reference"], f"{r['n']:,}", _f(r["mean_reference"]),
                       _f(r["mean_candidate"]), _f(r["delta"], sign=True),
                       f"[{_f(r['ci_low'], sign=True)}, {_f(r['ci_high'], sign=True)}]",
-                      _f(r["p_adj"], 3), r["verdict"], r["reason"] or "")
+                      _p(r["p_adj"]), r["verdict"], why)
     return table
