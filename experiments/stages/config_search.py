@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from ..decision import DecisionSettings, decide
+from ..decision import decide
 from ..decision.family import Comparison, Judged, candidate_of
 from ..experiment_config import ExperimentConfig, judged_metric
 from ..measures.funnel import FUNNEL_COLUMNS, funnel_frame, shares, with_shares
@@ -175,8 +175,8 @@ def config_held_out(cfg: ExperimentConfig, prepared: Prepared, plan: ConfigPlan,
     frames = {CHOSEN: test.frame(searched.best).join(
         held.frames[SHIPPED].select("event_id", "seen"), on="event_id", how="left")}
     frames.update({name: held.frames[name] for name in (SHIPPED, *held.references)})
-    metric = cfg.metrics.primary
-    settings = getattr(cfg, "decision", None) or DecisionSettings(metric=metric)
+    settings = cfg.decision  # the [decision] table: its metric, unit, alpha and margins
+    metric = settings.metric or cfg.metrics.primary
     judged = None
     if prepared.labels.source == VERDICT_LABELS:
         judged = Judged(str(judged_metric(cfg.metrics.names)), cfg.metrics.min_judged_ratio)
