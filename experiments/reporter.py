@@ -483,6 +483,11 @@ class Reporter:
             self._print(f"[yellow]note ({SNIPPET}):[/yellow] {note}")
 
     # ---- configuration search -----------------------------------------------------------
+    def walk(self, number: int, tables: int) -> None:
+        """A trial needs tables no cache holds: a walk over the timeline builds them."""
+        self._print(f"configuration search: walk {number} over the timeline builds "
+                    f"{tables} table(s) of one recorded state")
+
     def config_study(self, plan: ConfigPlan, searched: ConfigSearched) -> None:
         """The configuration study's records, inside its child run, and what it did: the
         trials and summary bundled; the walks, the chosen settings and weights printed."""
