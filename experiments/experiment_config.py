@@ -153,7 +153,7 @@ class TuneSection:
     settings: Mapping[str, Any] = field(default_factory=dict)
     config_trials: int = 100
     points_per_state: int = 4
-    trials_per_point: int = 5
+    trials_per_point: int = 4
 
 
 @dataclass(frozen=True)

@@ -60,9 +60,11 @@ def test_rounds_share_a_state_in_one_walk_and_search_each_points_weights() -> No
             k: source.params[k] for k in config.settings.keys}
         assert t.user_attrs["msprlab_table"] == source.user_attrs["msprlab_table"]
     stats = config.source.store.stats
-    states = {tuple(t.params[k] for k in state) for t in trials}
-    assert stats.walks == len(states)  # each state replayed once
+    assert stats.built == len({t.user_attrs["msprlab_table"] for t in trials})  # each once
+    assert max(stats.sizes) >= 2  # a group's new points in one walk
     assert stats.as_dict()["variants_in_shared_walks"] >= 2
+    leads = [t for t in trials if "msprlab_group_lead" in t.user_attrs]
+    assert [t.user_attrs["msprlab_group_lead"] for t in leads][:3] == ["random"] * 3
     assert result.best_settings and set(result.best_settings[0]) == set(config.settings.keys)
     assert set(result.trials.columns) >= set(config.settings.keys)
 
@@ -112,3 +114,26 @@ def test_cost_is_refused_in_a_weights_only_study() -> None:
     with pytest.raises(ExperimentError, match="weights-only study scores one table"):
         tune(train, base, weights, [Objective("ndcg@10"), Objective("cost")], n_trials=2,
              study_name="x", storage=":memory:")
+
+
+def test_the_search_starts_from_the_weights_only_studys_best_weights() -> None:
+    from dataclasses import replace
+
+    from msprlab.experiments.tune.attrs import WARM_ATTR
+    config, train, base, weights = search()
+    only = tune(train, base, weights, OBJECTIVE, n_trials=12, study_name="w",
+                storage=":memory:", seed=3)
+    started = replace(config, start=weights.baseline(only.best[0]))
+    result = tune(train, base, weights, OBJECTIVE, n_trials=14, study_name="c",
+                  storage=":memory:", configuration=started, seed=3)
+    trials = result.study.get_trials(deepcopy=False)
+    # trial 1: the configured settings with the weights-only best: its value, exactly
+    assert trials[1].user_attrs[WARM_ATTR] == "weights-only"
+    assert trials[1].value == only.best_values[0][0]
+    warm = [t for t in trials if isinstance(t.user_attrs.get(WARM_ATTR), int)]
+    assert warm  # a new point's first queued trial takes the best weights so far
+    for t in warm:
+        source = trials[t.user_attrs[WARM_ATTR]]
+        assert {k: t.params[k] for k in weights.ranges} == {
+            k: source.params[k] for k in weights.ranges}
+    assert result.best_values[0][0] >= only.best_values[0][0]

@@ -112,7 +112,7 @@ def _tune(out: Reporter, cfg: ExperimentConfig, prepared: Prepared, arms: Experi
     recovery = planted_recovery(prepared.store, prepared.dataset.digest, plan.test_scorer,
                                 tuned.best, cfg.metrics.primary)
     config = plan_config_search(cfg, prepared, plan, trials=args.config_trials,
-                                progress=out.progress(), on_walk=out.walk)
+                                progress=out.progress(), on_walk=out.walk, start=tuned.best)
     configured = None
     if config is not None:  # [tune.settings]: the settings searched beside the weights
         with out.study_run(plan, config) as hooks:

@@ -64,8 +64,9 @@ class ConfigPlan:
 
 def plan_config_search(cfg: ExperimentConfig, prepared: Prepared, weights: TuningPlan, *,
                        trials: int | None = None, progress: Stage = quiet,
-                       on_walk: Any = None) -> ConfigPlan | None:
-    """The configuration search of the definition, None without `[tune.settings]`."""
+                       on_walk: Any = None, start: Arm | None = None) -> ConfigPlan | None:
+    """The configuration search of the definition, None without `[tune.settings]`; `start`:
+    the weights-only study's best arm, where the search starts (`tune.configuration`)."""
     if not cfg.tune.settings:
         return None
     limit = cfg.replay.limit or None
@@ -73,7 +74,8 @@ def plan_config_search(cfg: ExperimentConfig, prepared: Prepared, weights: Tunin
     tables = ConfigTables.of(cfg, prepared, weights.metrics, progress=progress,
                              on_walk=on_walk)
     search = ConfigSearch(settings, cfg.engine, limit, tables, cfg.tune.points_per_state,
-                          cfg.tune.trials_per_point)
+                          cfg.tune.trials_per_point,
+                          None if start is None else weights.space.baseline(start))
     objectives = [Objective(*objective_of(o)) for o in cfg.tune.objectives]
     return ConfigPlan(search, tables, objectives,
                       cfg.tune.config_trials if trials is None else trials,

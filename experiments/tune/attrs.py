@@ -24,6 +24,12 @@ TABLE_ATTR = "msprlab_table"
 COST_ATTR = "msprlab_cost_ms"
 GROUP_ATTR = "msprlab_state_of"
 POINT_ATTR = "msprlab_point_of"
+# On a queued trial whose weights are the best known: "weights-only" (trial 1, the
+# weights-only study's best), or the number of the trial whose weights it takes.
+WARM_ATTR = "msprlab_weights_of"
+# On a state group's lead: how its settings were chosen, "sampler" or "random" (a startup
+# group's).
+LEAD_ATTR = "msprlab_group_lead"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)  # toward the target; a FAIL never is
 

@@ -16,6 +16,14 @@ state group; `points_per_state - 1` trials queued with its state settings (feedb
 decay) fixed join it, so their points share one walk over the timeline; each new point
 then gets `trials_per_point - 1` trials queued with all its settings fixed, which search
 its weights on the table built for it.
+
+A few trials per point cannot tune its weights as a weights-only study of hundreds tunes
+them, and a point is judged by its best weights: so the search starts where the
+weights-only study ended. With `start` (that study's best weights, when one ran), trial 1
+scores them on the configured settings (after the baseline, trial 0: the configured
+settings at zero new weights), and the first of each new point's queued trials (one
+objective) takes the weights of the study's best trial so far; the others are the
+sampler's.
 """
 
 from __future__ import annotations
@@ -64,12 +72,19 @@ class ConfigSearch:
     limit: int | None
     source: TableSource
     points_per_state: int = 4
-    trials_per_point: int = 5
+    trials_per_point: int = 4
+    # A weights-only study's best weights (its parameters), if one ran: trial 1 scores them
+    # on the configured settings, and each new point's first queued trial starts from the
+    # study's best weights so far (module docstring).
+    start: dict[str, float] | None = None
+    # The first state groups' settings are drawn at random (`rounds`).
+    startup_groups: int = 3
 
     def as_dict(self) -> dict[str, Any]:
         """What a resumed study must agree on."""
         return {"settings": self.settings.as_dict(), "points_per_state": self.points_per_state,
-                "trials_per_point": self.trials_per_point}
+                "trials_per_point": self.trials_per_point, "start": self.start,
+                "startup_groups": self.startup_groups}
 
     def baseline(self) -> dict[str, Any]:
         """The configured value of each searched setting: trial 0's settings."""

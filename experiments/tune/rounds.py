@@ -5,7 +5,11 @@ the tables their points need are built together (one walk over the timeline per 
 A round is one of:
 - a state group: a trial whose settings the sampler chose (a "fresh" trial), and the
   `points_per_state - 1` trials queued right after it with its state settings fixed
-  (`GROUP_ATTR`), whose search settings and weights the sampler chooses;
+  (`GROUP_ATTR`), whose search settings and weights the sampler chooses; the first
+  `startup_groups` groups draw their settings at random from the searched values instead
+  (the state once for the group, the search settings for each point, no point twice), as
+  a sampler starts from random trials: a group's many trials would otherwise leave the
+  sampler one state to learn from, and it would stay there;
 - queued trials: the trials waiting in the study when the round starts (the baseline,
   the trials queued to search a new point's weights, `POINT_ATTR`, retries of killed
   trials), asked together, their points known.
@@ -30,6 +34,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.storages._heartbeat import get_heartbeat_thread, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
@@ -37,8 +42,10 @@ from optuna.trial import FrozenTrial, TrialState
 from .attrs import (
     COUNTED,
     GROUP_ATTR,
+    LEAD_ATTR,
     POINT_ATTR,
     SAMPLER_ATTR,
+    WARM_ATTR,
     WORKER_ATTR,
     counted_trials,
 )
@@ -101,27 +108,53 @@ def _ask(study: optuna.Study, beats: ExitStack, sampler: str) -> optuna.Trial:
 def _ask_round(study: optuna.Study, objective: ConfigTrialFunction, budget: int,
                beats: ExitStack) -> tuple[list[optuna.Trial], bool]:
     """The round's trials (at most `budget`), and whether they are a state group."""
+    search = objective.search
+    groups = _groups(study)
+    random_lead = groups < search.startup_groups and not _waiting(study)
+    if random_lead:  # a startup group: its settings drawn at random from their values
+        rng = _rng(study, groups)
+        study.enqueue_trial(search.settings.draw(rng), user_attrs={LEAD_ATTR: "random"})
     first = _ask(study, beats, objective.sampler)
     batch = [first]
-    if _fresh(study, first):
-        values = objective.settings(first)
-        siblings = max(0, min(objective.search.points_per_state - 1, budget - 1))
-        state = objective.search.state_params(values)
-        for _ in range(siblings):
-            study.enqueue_trial(state, user_attrs={GROUP_ATTR: first.number})
-        for _ in range(siblings):
+    lead = first.user_attrs.get(LEAD_ATTR)
+    if lead is None and not _fresh(study, first):  # queued trials: their points known
+        cap = search.points_per_state * search.trials_per_point
+        while len(batch) < min(budget, cap) and _waiting(study):
             try:
                 batch.append(_ask(study, beats, objective.sampler))
             except TargetReached:
                 break
-        return batch, True
-    cap = objective.search.points_per_state * objective.search.trials_per_point
-    while len(batch) < min(budget, cap) and _waiting(study):
+        return batch, False
+    if lead is None:
+        first.set_user_attr(LEAD_ATTR, "sampler")
+    values = objective.settings(first)
+    state = search.state_params(values)
+    siblings = max(0, min(search.points_per_state - 1, budget - 1))
+    drawn = [values]
+    for _ in range(siblings):
+        params = state
+        if lead == "random":  # the siblings' search settings drawn too, each a new point
+            params = search.settings.draw(_rng(study, groups), fixed=state, avoid=drawn)
+            drawn.append(params)
+        study.enqueue_trial(params, user_attrs={GROUP_ATTR: first.number})
+    for _ in range(siblings):
         try:
             batch.append(_ask(study, beats, objective.sampler))
         except TargetReached:
             break
-    return batch, False
+    return batch, True
+
+
+def _groups(study: optuna.Study) -> int:
+    """How many state groups the study has started (a lead not failed)."""
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if LEAD_ATTR in t.user_attrs and t.state != TrialState.FAIL)
+
+
+def _rng(study: optuna.Study, group: int) -> np.random.Generator:
+    """The random draws of startup group `group`: seeded by the study's sampler seed."""
+    seed = int((study.user_attrs.get(SAMPLER_ATTR) or {}).get("seed", 0))
+    return np.random.default_rng([seed, group, len(study.get_trials(deepcopy=False))])
 
 
 def _run_round(study: optuna.Study, objective: ConfigTrialFunction,
@@ -162,13 +195,32 @@ def _tell(study: optuna.Study, trial: optuna.Trial, values: Any) -> FrozenTrial 
 def _queue_points(study: optuna.Study, objective: ConfigTrialFunction,
                   scored: list[tuple[optuna.Trial, dict[str, Any]]], room: int) -> None:
     """Queue `trials_per_point - 1` trials for each point of a state group (in its order),
-    within `room` trials."""
+    within `room` trials; with a weights-only study's start and one objective, the first
+    takes the weights of the study's best trial so far (`configuration`'s docstring)."""
+    best = _best_weights(study, objective)
     for trial, values in scored:
-        for _ in range(objective.search.trials_per_point - 1):
+        for k in range(objective.search.trials_per_point - 1):
             if room <= 0:
                 return
-            study.enqueue_trial(values, user_attrs={POINT_ATTR: trial.number})
+            attrs: dict[str, Any] = {POINT_ATTR: trial.number}
+            params = dict(values)
+            if k == 0 and best is not None:
+                params.update(best[1])
+                attrs[WARM_ATTR] = best[0]
+            study.enqueue_trial(params, user_attrs=attrs)
             room -= 1
+
+
+def _best_weights(study: optuna.Study, objective: ConfigTrialFunction
+                  ) -> tuple[int, dict[str, float]] | None:
+    """The study's best trial's number and searched weights (one objective, a start)."""
+    if objective.search.start is None or len(objective.objectives) != 1:
+        return None
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        return None
+    best = study.best_trial
+    return best.number, {k: best.params[k] for k in objective.space.ranges}
 
 
 def _fresh(study: optuna.Study, trial: optuna.Trial) -> bool:

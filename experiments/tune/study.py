@@ -36,6 +36,7 @@ from .attrs import (
     SAMPLER_ATTR,
     SETTINGS_ATTR,
     SWITCHES_ATTR,
+    WARM_ATTR,
     counted_trials,
 )
 from .configuration import ConfigSearch, ConfigTrialFunction, config_trial_function
@@ -188,11 +189,16 @@ def _enqueue_baseline(study: optuna.Study, base: Arm, space: SearchSpace,
     search), unless the study has one, finished, running or queued (a failed one does not
     count: the baseline is run again; a database queues a baseline whose worker died again
     itself)."""
-    if not any(t.user_attrs.get(BASELINE_ATTR) and t.state != TrialState.FAIL
-               for t in study.get_trials(deepcopy=False)):
+    trials = study.get_trials(deepcopy=False)
+    if not any(t.user_attrs.get(BASELINE_ATTR) and t.state != TrialState.FAIL for t in trials):
         settings = {} if configuration is None else configuration.baseline()
         study.enqueue_trial({**space.baseline(base), **settings},
                             user_attrs={BASELINE_ATTR: True})
+    if configuration is not None and configuration.start is not None and not any(
+            t.user_attrs.get(WARM_ATTR) == "weights-only" and t.state != TrialState.FAIL
+            for t in trials):  # trial 1: the weights-only study's best weights
+        study.enqueue_trial({**configuration.start, **configuration.baseline()},
+                            user_attrs={WARM_ATTR: "weights-only"})
 
 
 def _check_arguments(base: Arm, space: SearchSpace, objectives: tuple[Objective, ...], *,

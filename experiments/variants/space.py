@@ -112,6 +112,20 @@ class SettingsSpace:
     def as_dict(self) -> dict[str, Any]:
         return {k: r.as_dict() for k, r in self.ranges.items()}
 
+    def draw(self, rng: Any, *, fixed: Mapping[str, Any] | None = None,
+             avoid: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """Each setting's value drawn uniformly from its values (those in `fixed` kept),
+        another draw while the result is one of `avoid` (at most 100 tries)."""
+        fixed = dict(fixed or {})
+        values: dict[str, Any] = {}
+        for _ in range(100):
+            values = {k: fixed[k] if k in fixed else
+                      r.values()[int(rng.integers(len(r.values())))]
+                      for k, r in self.ranges.items()}
+            if values not in list(avoid):
+                break
+        return values
+
     def notes(self, base: EngineConfig, limit: int | None) -> list[str]:
         """What the reader should know about the space."""
         out = []
