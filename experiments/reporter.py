@@ -35,6 +35,11 @@ from .bundle import (
     ABLATION_NOTES,
     ABLATION_SIDE_EFFECTS,
     ABLATION_SUMMARY,
+    EXPLORE_LISTS,
+    EXPLORE_LOST,
+    EXPLORE_MEMORIES,
+    EXPLORE_SEARCHES,
+    EXPLORE_WEIGHTS,
     ISOLATION_AUDIT,
     PROVENANCE,
     REFERENCES,
@@ -437,6 +442,12 @@ class Reporter:
             self.bundle.text(held.trec_runs[name], trec_run_file(name))
         self.bundle.json(held.snippet, SNIPPET)
         self.bundle.frame(held.arms, TEST_ARMS)
+        explored = held.explored
+        for frame, part in ((explored.lists, EXPLORE_LISTS), (explored.lost, EXPLORE_LOST),
+                            (explored.searches, EXPLORE_SEARCHES),
+                            (explored.weights, EXPLORE_WEIGHTS),
+                            (explored.memories, EXPLORE_MEMORIES)):
+            self.bundle.frame(frame, part)
 
     def recovery(self, result: dict[str, Any] | None) -> None:
         """The recovery of the planted weights (`recovery.planted_recovery`): printed,

@@ -28,6 +28,7 @@ from msprlab.experiments.cli.exits import (
     writable_folder,
 )
 from msprlab.experiments.cli.experiment import add_experiment_commands
+from msprlab.experiments.cli.explain import add_explain_command
 from msprlab.experiments.cli.ingest import add_ingest_commands
 from msprlab.experiments.cli.replay import add_replay_command
 from msprlab.experiments.cli.report import add_report_command
@@ -163,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_command(commands)
     add_experiment_commands(commands)
     add_report_command(commands)
+    add_explain_command(commands)
     add_regress_command(commands)
     demo = commands.add_parser("demo", help="run the engine on the spec's worked examples")
     demo.set_defaults(func=cmd_demo)

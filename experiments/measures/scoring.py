@@ -145,12 +145,17 @@ class Scorer:
         column per metric (named as `Metric.name`)."""
         return per_search_frame(self.table.searches, self.values(arm), self.metrics)
 
-    def rankings(self, arm: Arm) -> list[list[str]]:
-        """Each search's returned memory ids in rank order (the slow, full-sort path)."""
+    def ranked(self, arm: Arm) -> tuple[np.ndarray, np.ndarray]:
+        """Every candidate's score before the role pass and its final rank (-1: cut), in
+        the block's internal row order: what `rankings` (the TREC runs) and the per-query
+        explorer (`experiments.explore`) read, so both show one ranking."""
         self._check(arm)
         score = scores(self.block, arm.weights, intent=arm.intent)
-        return ranked_lists(self.table, self.block,
-                            row_ranks(self.block, score, roles=arm.roles))
+        return score, row_ranks(self.block, score, roles=arm.roles)
+
+    def rankings(self, arm: Arm) -> list[list[str]]:
+        """Each search's returned memory ids in rank order (the slow, full-sort path)."""
+        return ranked_lists(self.table, self.block, self.ranked(arm)[1])
 
     def match_rate(self, arm: Arm, *, rankings: list[list[str]] | None = None
                    ) -> tuple[int, int]:

@@ -12,6 +12,7 @@ import polars as pl
 
 from ..arms import ExperimentArms, arms_frame
 from ..experiment_config import ExperimentConfig
+from ..explore.lists import Explored, explore_arms
 from ..measures.funnel import shares, with_shares
 from ..measures.metrics import Metric
 from ..measures.scoring import Arm, Scorer, arm_of
@@ -36,6 +37,8 @@ class HeldOutResult:
     trec_runs: arm -> its rankings as a TREC run (`trec_run`).
     arms: the arms' definitions (`arms.arms_frame`), `tuned` with the best weights.
     best / snippet: the tuned arm and its library snippet, as the search gave them.
+    explored: every arm's top 10 per search with its scores' parts, and the fates of the
+        relevant memories outside it (`explore.lists`), from the rankings of `trec_runs`.
     """
 
     references: tuple[str, ...]
@@ -48,6 +51,7 @@ class HeldOutResult:
     arms: pl.DataFrame
     best: Arm
     snippet: dict[str, Any]
+    explored: Explored
 
 
 def held_out_stage(cfg: ExperimentConfig, prepared: Prepared, arms: ExperimentArms,
@@ -82,7 +86,8 @@ def held_out_stage(cfg: ExperimentConfig, prepared: Prepared, arms: ExperimentAr
     return HeldOutResult(tuple(arms.references), frames, comparison, summary, shares(stages),
                          with_shares(stages),
                          {name: trec_run(scorers[name], chosen[name]) for name in frames},
-                         arms_frame(chosen, configs), best, snippet)
+                         arms_frame(chosen, configs), best, snippet,
+                         explore_arms(scorers, chosen, prepared.dataset.memories))
 
 
 def trec_run(scorer: Scorer, arm: Arm) -> str:
