@@ -477,32 +477,17 @@ def _check_ablation(ablation: AblationSection, parsed: dict[str, Any]) -> Ablati
 
 
 def _check_tune(tune: TuneSection, parsed: dict[str, Any]) -> TuneSection:
+    # The search space's own rules (weights known, 0 <= low < high <= 1, not all fixed by
+    # the engine), declared once there, checked now; its import is optuna's.
+    from .tune.space import search_space
     given = (parsed["raw"].get("tune") or {}).get("ranges")
-    ranges = {}
-    for weight, bounds in (given or {}).items():
-        if weight not in WEIGHTS:
-            raise ExperimentError(f"tune.ranges: unknown weight {weight!r}; known: "
-                                  f"{', '.join(WEIGHTS)}")
-        if not (isinstance(bounds, list) and len(bounds) == 2
-                and all(_is_number(b) for b in bounds)):
-            raise ExperimentError(f"tune.ranges.{weight}: expected [low, high], got "
-                                  f"{bounds!r}")
-        low, high = float(bounds[0]), float(bounds[1])
-        if not 0.0 <= low < high <= 1.0:
-            raise ExperimentError(f"tune.ranges.{weight} = {bounds!r} is out of range: "
-                                  "0 <= low < high <= 1 must hold (to hold a weight fixed, "
-                                  "leave it out: it keeps the engine's value)")
-        ranges[weight] = (low, high)
+    try:
+        search_space(tune.ranges, parsed["engine"])
+    except ExperimentError as exc:
+        shown = str(exc).removeprefix("SearchSpace: ").removeprefix("tune: ")
+        raise ExperimentError(f"tune.ranges: {shown}") from None
     if given is not None:
-        tune = replace(tune, ranges=ranges)
-    if not tune.ranges:
-        raise ExperimentError("tune.ranges = {}: must not be empty; name a weight to search")
-    from .tune.space import fixed_weights  # optuna's import, only when a definition is read
-    fixed = fixed_weights(parsed["engine"])
-    if all(name in fixed for name in tune.ranges):
-        raise ExperimentError(f"tune.ranges: every weight in it is fixed at 0 by the engine "
-                              f"config ({', '.join(f'{n} ({fixed[n]})' for n in tune.ranges)}); "
-                              "add a weight whose signal is on, or switch its signal on")
+        tune = replace(tune, ranges={k: (float(v[0]), float(v[1])) for k, v in given.items()})
     names, labels = parsed["metrics"].names, tuple(label.value for label in INTENTS)
     objectives = []
     for objective in tune.objectives:

@@ -132,13 +132,15 @@ ROWS = [
      r"tune: sampler = 'cmaes' handles a single objective, but tune\.objectives has 2"),
     ("tune", "objectives", '["ndcg@10", "mrr"]\npruner = "wilcoxon"', 2,
      r"tune: pruner = 'wilcoxon' handles a single objective"),
-    ("tune", "ranges", "{ alpha = [0, 1] }", 2, r"tune\.ranges: unknown weight 'alpha'"),
+    ("tune", "ranges", "{ alpha = [0, 1] }", 2,
+     r"tune\.ranges: unknown weights \['alpha'\]; the weights are alpha_dense"),
     ("tune", "ranges", "{ alpha_dense = [0.5, 0.2] }", 2,
-     r"tune\.ranges\.alpha_dense = \[0\.5, 0\.2\] is out of range: 0 <= low < high <= 1"),
-    ("tune", "ranges", "{ alpha_dense = [0.5, 0.5] }", 2, r"0 <= low < high <= 1 must hold"),
-    ("tune", "ranges", "{ alpha_dense = [-1, 0.5] }", 2, r"0 <= low < high <= 1 must hold"),
-    ("tune", "ranges", '{ alpha_dense = ["a", 1] }', 2, r"tune\.ranges\.alpha_dense: expected"),
-    ("tune", "ranges", "{}", 2, r"tune\.ranges = \{\}: must not be empty"),
+     r"tune\.ranges: `0 <= low < high <= 1` must hold for alpha_dense, but got \(0\.5, 0\.2\)"),
+    ("tune", "ranges", "{ alpha_dense = [0.5, 0.5] }", 2, r"must hold for alpha_dense, but got"),
+    ("tune", "ranges", "{ alpha_dense = [-1, 0.5] }", 2, r"must hold for alpha_dense, but got"),
+    ("tune", "ranges", '{ alpha_dense = ["a", 1] }', 2,
+     r"tune\.ranges: alpha_dense must be a \(low, high\) pair of numbers, got \['a', 1\]"),
+    ("tune", "ranges", "{}", 2, r"tune\.ranges: name at least one weight to search"),
     ("tune", "heartbeat", "0", 2, r"tune\.heartbeat = 0 is out of range: .*integer >= 1"),
     ("tune", "heartbeat", "40", 2, r"`1 <= heartbeat < heartbeat_grace` .* got 40 and 30"),
     ("tune", "storage", "7", 2, r"tune\.storage: expected str, got 7"),
@@ -164,6 +166,21 @@ def test_a_bad_value_is_refused_at_load(tmp_path: Path, capsys: pytest.CaptureFi
     assert re.search(message, err), err
     assert str(path) in err and "Traceback" not in err
     assert not root.exists()  # refused before any work: no store, no results
+
+
+def test_a_search_space_the_engine_fixes_entirely_is_refused_at_load(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "fixed.toml"
+    path.write_text(definition("engine.mspr", "success", "{ enabled = false }").replace(
+        "[tune]", "[tune]\nranges = { zeta_success = [0, 1] }"))
+    root = tmp_path / "root"
+    code = main(["run", str(path), "--root", str(root), "--no-track"])
+    out = capsys.readouterr()
+    err = " ".join((out.out + out.err).split())
+    assert code == EXIT_BAD_INPUT, err
+    assert "tune.ranges: every weight in the search space is fixed at 0 (zeta_success " \
+           "(mspr.success off))" in err
+    assert not root.exists()
 
 
 def test_the_base_definition_is_valid(tmp_path: Path) -> None:
