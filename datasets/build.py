@@ -339,8 +339,12 @@ def embed_queries(dataset: Dataset, embedder: Embedder) -> Dataset:
         raise IngestError("--query-embedder", "the artifacts hold no memory vectors to embed "
                                               "the queries beside; give --qdrant-path")
     stored = dataset.embeddings["vector"].list.len().unique().to_list()
-    questions = np.ascontiguousarray(
-        embedder.embed(dataset.queries["text"].fill_null("").to_list()), dtype=np.float32)
+    from .embedders import EmbedderError
+    try:
+        questions = np.ascontiguousarray(
+            embedder.embed(dataset.queries["text"].fill_null("").to_list()), dtype=np.float32)
+    except EmbedderError as exc:
+        raise IngestError("--query-embedder", str(exc)) from None
     if stored != [questions.shape[1]]:
         raise IngestError("--query-embedder", f"{embedder.name} gives {questions.shape[1]}-dim "
                                               f"vectors, the stored memory vectors have "
@@ -361,6 +365,10 @@ def _package_version(embedder: Embedder) -> str:
     from importlib.metadata import PackageNotFoundError, version
     package = {"tfidf-svd": "scikit-learn", "wordllama": "wordllama",
                "sentence-transformers": "sentence-transformers"}.get(embedder.name)
+    if embedder.name == "callable":
+        return "the application's callable, module file sha256 prefix in the recipe"
+    if embedder.name == "openai-http":
+        return "an OpenAI-compatible endpoint"
     if package is None:
         return "package unknown"
     try:

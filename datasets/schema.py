@@ -73,12 +73,22 @@ QUERIES = pl.Schema({
 
 QRELS = pl.Schema({"query_id": pl.String, "memory_id": pl.String, "relevance": pl.Int64})
 
+# What production wrote with each verdict besides the feedback event, where the source is a
+# production log (ContextKit's `feedback_events` rows): the relevance delta it applied and
+# the metadata the application passed (`{"rank": R}`, the 1-based rank the memory was shown
+# at, where the application recorded it). A replay must reproduce them
+# (`experiments/fidelity`). Keyed as the feedback event: memory, time, user and verdict.
+FEEDBACK_RECORDS = pl.Schema({"memory_id": pl.String, "ts": TS, "user_id": pl.String,
+                              "helpful": pl.Boolean, "delta_applied": pl.Float64,
+                              "metadata": pl.String})
+
 MANIFEST = pl.Schema({"source": pl.String, "version": pl.String, "digest": pl.String,
                       "counts": pl.String, "ingested_at": TS, "embedders": pl.String})
 
 TABLES: dict[str, pl.Schema] = {
     "memories": MEMORIES, "embeddings": EMBEDDINGS, "edges": EDGES, "events": EVENTS,
     "queries": QUERIES, "qrels": QRELS, "query_embeddings": QUERY_EMBEDDINGS,
+    "feedback_records": FEEDBACK_RECORDS,
 }
 
 
@@ -104,6 +114,7 @@ class Dataset:
     queries: pl.DataFrame = field(default_factory=lambda: empty(QUERIES))
     qrels: pl.DataFrame = field(default_factory=lambda: empty(QRELS))
     query_embeddings: pl.DataFrame = field(default_factory=lambda: empty(QUERY_EMBEDDINGS))
+    feedback_records: pl.DataFrame = field(default_factory=lambda: empty(FEEDBACK_RECORDS))
     # What msprlab embedded the texts with (recipe and package version), when it did.
     embedded_with: str | None = None
 

@@ -436,3 +436,25 @@ def validate(ds: Dataset) -> None:
         if table == "events" and frame.height:
             _timeline(frame)
             _memory_history(frame, frames["memories"])
+    if frames["feedback_records"].height:
+        _feedback_records(frames["feedback_records"], frames["events"])
+
+
+_RECORD_KEY = ("memory_id", "ts", "user_id", "helpful")
+
+
+def _feedback_records(records: pl.DataFrame, events: pl.DataFrame) -> None:
+    """Each record is production's own of one feedback event (same memory, time, user and
+    verdict), with a finite delta."""
+    if (bad := first_bad_row(records, ~pl.col("delta_applied").is_finite()
+                             | pl.col("ts").is_null() | pl.col("memory_id").is_null())) is not None:
+        raise IngestError(locate(records, "feedback_records", bad),
+                          "expected a memory id, a time and a finite delta_applied")
+    feedback = events.filter(pl.col("kind") == "feedback").select(_RECORD_KEY)
+    ordinal = pl.int_range(pl.len()).over(list(_RECORD_KEY)).alias("_k")
+    known = feedback.with_columns(ordinal).with_columns(_event=pl.lit(True))
+    matched = records.with_columns(ordinal).join(known, on=[*_RECORD_KEY, "_k"], how="left",
+                                                 nulls_equal=True, maintain_order="left")
+    if (bad := first_bad_row(matched, pl.col("_event").is_null())) is not None:
+        raise IngestError(locate(records, "feedback_records", bad),
+                          "no feedback event with the same memory, time, user and verdict")

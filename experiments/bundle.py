@@ -32,6 +32,7 @@ __all__ = ["Bundle", "provenance"]
 PROVENANCE = "provenance.json"  # experiment, config hash and text, dataset digest and
 #   source, store, git commit, command, MLflow run, split sizes, frequency mode, feedback
 #   policy, seeds, timings
+FIDELITY = "fidelity.json"  # is the replay production: figures, thresholds, what was tried
 ABLATION = "ablation"  # the ladder's part
 ABLATION_SUMMARY = "ablation/summary.parquet"  # stats.aggregate per arm and unit
 ABLATION_COMPARISON = "ablation/comparison.parquet"  # stats.compare of every arm against
@@ -147,6 +148,7 @@ def provenance(cfg: ExperimentConfig, prepared: Prepared, command: str,
         "dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest,
                     "store": str(prepared.store), "counts": ds.counts()},
         "labels": {"source": prepared.labels.source, "note": prepared.labels.note(),
+                   "fidelity": prepared.labels.fidelity,
                    **({} if prepared.labels.note() is None else {
                        "searches": prepared.labels.occurrences,
                        "verdicts": prepared.labels.verdicts,

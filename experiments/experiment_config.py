@@ -200,6 +200,29 @@ class ReferencesSection:
 
 
 @dataclass(frozen=True)
+class FidelitySection:
+    """Is the replay production? On a store holding production's end state (ContextKit
+    artifacts), the replay under [engine] is compared with it before any table
+    (`experiments/fidelity`); below a threshold the run stops (exit 2) or warns."""
+
+    enabled: bool = True
+    # "stop": exit 2 before any table; "warn": go on, marked
+    on_fail: str = one_of("stop", ("stop", "warn"))
+    search: bool = True         # on a failure, try the settings production may have run
+    # relevance, floors, edge weights and deltas: equal within
+    tolerance: float = ranged(1e-6, 0, 1)
+    min_nodes: float = ranged(0.95, 0, 1)  # share of nodes whose relevance and floor match
+    min_edges: float = ranged(0.95, 0, 1)  # share of edges with equal weights
+    min_deltas: float = ranged(0.99, 0, 1)  # share of verdicts whose delta_applied is applied
+    min_in_top: float = ranged(0.90, 0, 1)  # share of verdicted memories in the replayed top k
+    min_ranks: float = ranged(0.80, 0, 1)  # share of recorded ranks (metadata.rank) reproduced
+
+    def thresholds(self) -> dict[str, float]:
+        return {"nodes": self.min_nodes, "edges": self.min_edges, "deltas": self.min_deltas,
+                "in_top": self.min_in_top, "ranks": self.min_ranks}
+
+
+@dataclass(frozen=True)
 class TuneSection:
     trials: int = ranged(300, low=1)
     sampler: str = one_of("tpe", SAMPLERS)
@@ -240,6 +263,7 @@ class ExperimentConfig:
     tune: TuneSection
     tracking: TrackingSection
     raw: Mapping[str, Any] = field(repr=False)
+    fidelity: FidelitySection = field(default_factory=FidelitySection)
 
     def digest(self) -> str:
         """sha256 of the definition as parsed (the config hash every result carries)."""
@@ -550,6 +574,7 @@ SECTIONS: tuple[tuple[str, type | None, Validator | None], ...] = (
     ("references", ReferencesSection, None),
     ("tune", TuneSection, _check_tune),
     ("tracking", TrackingSection, None),
+    ("fidelity", FidelitySection, None),
 )
 _TOP = (*(f.name for f in fields(TopSection)), *(name for name, _, _ in SECTIONS if name))
 
@@ -578,4 +603,4 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         dataset=parsed["dataset"], split=parsed["split"], engine=parsed["engine"],
         engine_dict=raw.get("engine", {}), replay=parsed["replay"], metrics=parsed["metrics"],
         ablation=parsed["ablation"], references=parsed["references"], tune=parsed["tune"],
-        tracking=parsed["tracking"], raw=raw)
+        tracking=parsed["tracking"], raw=raw, fidelity=parsed["fidelity"])

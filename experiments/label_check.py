@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from scipy import stats
 
@@ -33,6 +34,7 @@ from .arms import experiment_arms
 from .cli.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
 from .console_tables import fmt
 from .experiment_config import ExperimentConfig, judged_metric, load_experiment
+from .fidelity.stage import fidelity_stage, with_fidelity
 from .measures.metrics import parse_metric
 from .measures.summaries import summarize
 from .replay import CandidateTable
@@ -105,6 +107,9 @@ def _run(cfg: ExperimentConfig, root: Path, truth_path: Path, console: Console) 
     store = prepare_store(cfg, root)
     ladder = experiment_arms(cfg, ablation=True).ladder
     prepared = replay_tables(cfg, store, ladder)
+    prepared = with_fidelity(prepared, fidelity_stage(cfg, prepared))
+    if prepared.fidelity is not None:  # a check goes on either way: it says so
+        console.print(escape(prepared.fidelity.summary()), highlight=False)
     on_verdicts = summaries(cfg, prepared, ladder)
     on_truth = summaries(cfg, truth_prepared(prepared, truth), ladder)
     primary = cfg.metrics.primary

@@ -95,6 +95,7 @@ from msprlab.engine.search import (
     seed_payload,
     vector_hits,
 )
+from msprlab.engine.state import EngineState
 
 from .errors import ExperimentError
 
@@ -317,7 +318,8 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
            limit: int | None = None, policy: RolePolicy | None = None,
            classifier: Classifier | None = None, progress: Progress | None = None,
            engine_rankings: bool = False,
-           seed_index: DenseIndex | None = None) -> CandidateTable:
+           seed_index: DenseIndex | None = None,
+           end_state: Callable[[EngineState], None] | None = None) -> CandidateTable:
     """Walk `ds.events` through the engine and return the candidate table.
 
     Parameters
@@ -334,6 +336,8 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
     engine_rankings : also run the sequential engine with `config`'s own weights and keep
         its ranking per search (`searches.engine`): the reference the batch scorer must
         reproduce (tests and `msprlab replay --check`); in `logged` mode it doubles the cost.
+    end_state : called with the engine state once every event is replayed: what the
+        fidelity check compares with production's end state (`experiments.fidelity`).
     """
     if frequency not in FREQUENCY_MODES:
         raise ExperimentError(f"frequency must be one of {FREQUENCY_MODES}, got {frequency!r}")
@@ -343,16 +347,22 @@ def replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode = "log
                               "hits as they are and there is no ranking to tune")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
         raise ExperimentError(f"replay: limit must be an integer or None, got {limit!r}")
+    if ds.source == "contextkit" and config.decay.enabled:
+        # a ContextKit snapshot holds decayed weights: enter the edges at creation weight
+        from msprlab.datasets.sources.contextkit import edges_at_creation
+        ds = edges_at_creation(ds, config.decay.half_life_days)
     with collector_paused():
         return _replay(ds, config, frequency=frequency, limit=limit, policy=policy,
                        classifier=classifier, progress=progress,
-                       engine_rankings=engine_rankings, seed_index=seed_index)
+                       engine_rankings=engine_rankings, seed_index=seed_index,
+                       end_state=end_state)
 
 
 def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
             limit: int | None, policy: RolePolicy | None, classifier: Classifier | None,
             progress: Progress | None, engine_rankings: bool,
-            seed_index: DenseIndex | None) -> CandidateTable:
+            seed_index: DenseIndex | None,
+            end_state: Callable[[EngineState], None] | None) -> CandidateTable:
     """`replay` past its argument checks."""
     corpus = corpus_of(ds)
     if corpus.vectors is None:
@@ -481,6 +491,8 @@ def _replay(ds: Dataset, config: EngineConfig, *, frequency: FrequencyMode,
                        multipliers=multipliers, visible=visible, grades=corpus.grades[q])
     if progress is not None:
         progress(total, total)
+    if end_state is not None:
+        end_state(state)
     meta = {"dataset": {"source": ds.source, "version": ds.version, "digest": ds.digest},
             "frequency": frequency, "feedback_policy": FEEDBACK_POLICY,
             "seeds": seeds_from + ("" if seed_index is None else

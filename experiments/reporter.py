@@ -20,6 +20,7 @@ from typing import Any
 
 import polars as pl
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 
 from msprlab.engine.batch import WEIGHTS
@@ -40,6 +41,7 @@ from .bundle import (
     EXPLORE_MEMORIES,
     EXPLORE_SEARCHES,
     EXPLORE_WEIGHTS,
+    FIDELITY,
     ISOLATION_AUDIT,
     PROVENANCE,
     REFERENCES,
@@ -132,6 +134,26 @@ class Reporter:
         if note := prepared.labels.note():
             self._print(note)
 
+    def fidelity(self, prepared: Prepared) -> None:
+        """The replay's fidelity to production (`experiments.fidelity`), before any table:
+        printed; a failure stops the command here (exit 2, nothing written) unless
+        [fidelity] on_fail = "warn"; else bundled (MLflow: in the parent run's header)."""
+        fid = prepared.fidelity
+        if fid is None:
+            return
+        from .fidelity.stage import FidelityStop, stop_message
+        from .fidelity.table import fidelity_table
+        self.console.print(fidelity_table(fid, self.cfg.fidelity.tolerance))
+        self._print(escape(fid.summary()))
+        for note in fid.notes:
+            self._note(escape(note))
+        if not fid.passed:
+            if fid.on_fail == "stop":
+                raise FidelityStop(stop_message(fid, self.cfg.path))
+            self._note("\\[fidelity] on_fail = \"warn\": the run goes on, and every "
+                       "verdict-labelled figure below names the failed fidelity")
+        self.bundle.json(fid.as_dict(), FIDELITY)
+
     @contextmanager
     def parent_run(self, command: str, prepared: Prepared) -> Iterator[None]:
         """The command's MLflow parent run (tags, the dataset as an input, the definition and
@@ -156,6 +178,8 @@ class Reporter:
             tags["msprlab.dataset_digest"] = prepared.dataset.digest
             tags["msprlab.dataset_source"] = prepared.dataset.source
             tags["msprlab.label_source"] = prepared.labels.source
+            if prepared.fidelity is not None:
+                tags["msprlab.fidelity"] = "passed" if prepared.fidelity.passed else "failed"
         return tags
 
     def _run_header(self, prepared: Prepared) -> None:
@@ -163,6 +187,9 @@ class Reporter:
             return
         self.tracker.dataset(name=prepared.dataset.source, digest=prepared.dataset.digest,
                              source=str(prepared.store.resolve()), context="replay")
+        if prepared.fidelity is not None:
+            from .fidelity.stage import fidelity_metrics
+            self.tracker.metrics(fidelity_metrics(prepared.fidelity))
         self.tracker.params(flatten({"experiment": {k: v for k, v in self.cfg.raw.items()
                                                     if k != "engine"}}))
         self.tracker.params(engine_params(self.cfg.engine))
@@ -186,7 +213,7 @@ class Reporter:
         """The ladder's tables: arms, the ladder per query and per search, the stage
         funnel, the change against off by group, the side effects, the notes. Printed
         before the isolation audit runs (`isolation`), which replays again."""
-        cfg, result, labels = self.cfg, ablation.result, prepared.labels.source
+        cfg, result, labels = self.cfg, ablation.result, prepared.labels.shown
         primary = cfg.metrics.primary
         self.console.print(arms_table(ablation.arms.filter(
             pl.col("name").is_in(list(ablation.ladder)))))
@@ -280,7 +307,7 @@ class Reporter:
             seconds={r.name: r.seconds for r in refs.runs},
             labels={r.name: r.label for r in refs.runs},
             title=f"reference rankers (not tuned), test window: {primary} per query / per "
-                  f"search, Δ against {refs.base}; labels: {prepared.labels.source}"))
+                  f"search, Δ against {refs.base}; labels: {prepared.labels.shown}"))
         self.bundle.frame(refs.summary, REFERENCES_SUMMARY)
         self.bundle.frame(refs.comparison, REFERENCES_COMPARISON)
         self.bundle.json([{"name": r.name, "kind": "reference", "label": r.label,
@@ -380,7 +407,7 @@ class Reporter:
         """The tuned weights against each reference on the test window (per query, then per
         search), the judged share, the stage funnel; the headline metrics and one child run
         per arm; the test part of the bundle, the TREC runs and the snippet."""
-        cfg, labels = self.cfg, prepared.labels.source
+        cfg, labels = self.cfg, prepared.labels.shown
         primary = cfg.metrics.primary
         comparison, summary = held.comparison, held.summary
         for ref in held.references:

@@ -14,6 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from .explore_page import explore_page, write_chunks
 from .html import render_html
 from .load import BundleError, Results, load_bundle
 from .markdown import render_markdown
@@ -38,10 +39,13 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 def write_report(results: Results, out: Path | str) -> tuple[Path, Path]:
     """Render both documents first, then write `report.html` and `summary.md` into `out`
-    (created if needed), each atomically. Returns their paths."""
+    (created if needed), each atomically, and the per-query explorer's chunk files beside
+    them (`explore_page.FOLDER`). Returns the two documents' paths."""
     out = Path(out)
-    html, markdown = render_html(results), render_markdown(results)
+    page = explore_page(results.explore)
+    html, markdown = render_html(results, explore=page), render_markdown(results)
     out.mkdir(parents=True, exist_ok=True)
+    write_chunks(page, out)
     paths = out / HTML_NAME, out / MARKDOWN_NAME
     for path, text in zip(paths, (html, markdown), strict=True):
         _write_text_atomic(path, text)

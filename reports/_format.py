@@ -132,8 +132,11 @@ def comparison_rows(comparison: pl.DataFrame, metric: str,
 def label_source(provenance: dict[str, Any] | None) -> str:
     """Where the bundle's relevance labels come from, as the report writes it (bundles
     written before the labels were recorded were scored on the dataset's qrels)."""
-    source = ((provenance or {}).get("labels") or {}).get("source", "dataset qrels")
-    return {"dataset qrels": "the dataset's qrels"}.get(source, source)
+    labels = (provenance or {}).get("labels") or {}
+    source = labels.get("source", "dataset qrels")
+    shown = {"dataset qrels": "the dataset's qrels"}.get(source, source)
+    # the replay's fidelity to production, where it was measured (experiments/fidelity)
+    return f"{shown} ({labels['fidelity']})" if labels.get("fidelity") else shown
 
 
 def label_note(provenance: dict[str, Any] | None) -> str | None:

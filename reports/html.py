@@ -41,6 +41,7 @@ from ._format import (
     side_effect_rows,
     significance,
 )
+from .explore_page import ExplorePage, explore_page
 from .load import Results
 from .provenance import config_text, provenance_items
 from .study import StudyView, study_view
@@ -49,6 +50,7 @@ __all__ = ["TEMPLATE", "render_html"]
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
 _GROUPINGS = (("intent", "by intent label"), ("question_type", "by question type"))
+_NO_PAGE = ExplorePage({}, {})
 
 
 def _data_uri(png: bytes) -> str:
@@ -308,8 +310,9 @@ def _glance(results: Results, primary: str | None, view: StudyView) -> list[str]
     return lines
 
 
-def render_html(results: Results) -> str:
-    """The report of `results` as one HTML document."""
+def render_html(results: Results, *, explore: ExplorePage | None = None) -> str:
+    """The report of `results` as one HTML document; `explore`: its per-query explorer
+    (`explore_page`), when the caller has made it already (it also writes its chunks)."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
     primary = primary_metric(results.provenance, results.test_comparison,
@@ -334,5 +337,6 @@ def render_html(results: Results) -> str:
         ablation=_ablation(results, primary), funnel=_funnel(results, primary),
         study=_study(results, view),
         weights=_weights(results, view), audit=_audit(results),
+        explore=(explore or explore_page(results.explore) or _NO_PAGE).section or None,
         provenance=provenance_items(results.provenance),
         config=config_text(results.provenance))

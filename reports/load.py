@@ -29,6 +29,7 @@ from msprlab.experiments.bundle import (
     ABLATION_NOTES,
     ABLATION_SIDE_EFFECTS,
     ABLATION_SUMMARY,
+    EXPLORE_LISTS,
     ISOLATION_AUDIT,
     PER_SEARCH,
     PER_SEARCH_BEFORE,
@@ -42,6 +43,7 @@ from msprlab.experiments.bundle import (
     TEST_FUNNEL,
     TEST_RUNS,
 )
+from msprlab.experiments.explore.questions import ExploreData, ExploreError, load_explore
 
 __all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "FUNNEL_METRICS", "FUNNEL_SUMMARY_COLUMNS",
            "PARTS", "SUMMARY_COLUMNS", "BundleError", "Results", "load_bundle"]
@@ -121,6 +123,8 @@ class Results:
     # column per `FUNNEL_METRICS` (the mean; NaN where the file has none).
     funnel: pl.DataFrame | None = None
     missing: tuple[str, ...] = ()
+    # The per-query explorer's files (`experiments.explore`), when the bundle has them.
+    explore: ExploreData | None = None
 
 
 def _json(path: Path) -> Any:
@@ -251,4 +255,15 @@ def load_bundle(folder: Path | str) -> Results:
         test_runs=_line_counts(folder / TEST_RUNS),
         snippet=snippet, audit=frame(ISOLATION_AUDIT, AUDIT_COLUMNS),
         funnel=_funnel(*funnels.values()),
-        missing=tuple(p for p in PARTS if p not in present))
+        missing=tuple(p for p in PARTS if p not in present),
+        explore=_explore(folder))
+
+
+def _explore(folder: Path) -> ExploreData | None:
+    """The explorer's files, None when the bundle has none (`ablate`, older bundles)."""
+    if not (folder / EXPLORE_LISTS).is_file():
+        return None
+    try:
+        return load_explore(folder)
+    except ExploreError as exc:
+        raise BundleError(str(exc)) from exc

@@ -115,3 +115,19 @@ def postgres() -> Iterator[Postgres]:
             subprocess.run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w",
                             "stop"], capture_output=True, timeout=60, cwd=folder, **runas)  # type: ignore[arg-type]
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def contextkit_world_store(tmp_path_factory) -> Path:
+    """The committed ContextKit world (tests/fixtures/contextkit_world) ingested with its
+    query embedder, at ROOT/runs/contextkit.duckdb (the shipped definition's relative
+    store under ROOT): read-only for the tests that share it."""
+    from msprlab.experiments.cli import main
+    world = Path(__file__).parent / "fixtures" / "contextkit_world"
+    store = tmp_path_factory.mktemp("world") / "runs" / "contextkit.duckdb"
+    assert main(["ingest", "contextkit", "--feedback-db", str(world / "feedback_events.db"),
+                 "--success-db", str(world / "query_success.db"),
+                 "--graph-jsonl", str(world / "context_graph.jsonl"),
+                 "--qdrant-path", str(world / "qdrant"), "--query-embedder", "wordllama",
+                 "--store", str(store)]) == 0
+    return store

@@ -14,6 +14,7 @@ import sqlite3
 from datetime import datetime
 from pathlib import Path
 
+import polars as pl
 import pytest
 from qdrant_client import QdrantClient
 
@@ -64,7 +65,15 @@ def test_fixture_golden_counts_and_records(artifacts):
     ds = load_contextkit(**artifacts)
     assert ds.source == "contextkit"
     assert ds.counts() == {"memories": 6, "embeddings": 6, "edges": 11, "events": 15,
-                           "queries": 3, "qrels": 0, "query_embeddings": 0}
+                           "queries": 3, "qrels": 0, "query_embeddings": 0,
+                           "feedback_records": 7}
+    # production's own record of each verdict, for the fidelity check: the delta it applied
+    # and the application's metadata, as feedback_events.db holds them
+    records = ds.feedback_records.drop(PROVENANCE)
+    assert records["delta_applied"].to_list() == [0.15, -0.1, 0.15, -0.1, 0.15, 0.15, 0.15]
+    assert json.loads(records["metadata"][0]) == {"rank": 1, "source": "ui"}
+    assert records.select("memory_id", "ts", "user_id", "helpful").rows() == ds.events.filter(
+        pl.col("kind") == "feedback").select("memory_id", "ts", "user_id", "helpful").rows()
     first = ds.memories.drop(PROVENANCE).row(0, named=True)
     state = json.loads(first.pop("metadata"))
     assert first == {
@@ -286,7 +295,8 @@ def test_partial_inputs(artifacts):
     qdrant_only = load_contextkit(feedback_db=None, success_db=None, graph_jsonl=None,
                                   qdrant_path=artifacts["qdrant_path"])
     assert qdrant_only.counts() == {"memories": 5, "embeddings": 5, "edges": 0, "events": 6,
-                                    "queries": 0, "qrels": 0, "query_embeddings": 0}
+                                    "queries": 0, "qrels": 0, "query_embeddings": 0,
+                                    "feedback_records": 0}
     assert NODE_STATE_KEY not in qdrant_only.memories["metadata"][0]
     # Verdicts without the success check (success history comes from replaying them).
     no_success = load_contextkit(**{**artifacts, "success_db": None})

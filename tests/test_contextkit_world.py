@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -183,3 +184,120 @@ def test_tiny_world_is_reproducible_and_ingests(tmp_path, monkeypatch):
     check_world(first, read_world(first))
     store = tmp_path / "store.duckdb"
     assert ingest(read_world(first), store).written
+
+
+# ---- settings, the set and its definitions (no library needed) -------------------------------
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--eta", "-1"], "`0 <= eta < inf` must hold"),
+    (["--preference-share", "2"], "--preference-share must be a number in [0, 1], got 2.0"),
+    (["--rank-share", "-0.1"], "--rank-share must be a number in [0, 1], got -0.1"),
+    (["--decay", "maybe"], "expected on or off, got 'maybe'"),
+    (["--boost", "1.5"], "--boost-delta must be a number in [0, 1], got 1.5"),
+    (["--half-life", "0"], "--half-life-days must be a number in [0.001, 1e+06], got 0.0"),
+])
+def test_bad_world_settings_exit_2(tmp_path, capsys, argv, message):
+    try:
+        code = main(["--out", str(tmp_path / "w"), *argv])
+    except SystemExit as exc:  # argparse's own refusal
+        code = exc.code
+    assert code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "w").exists()
+
+
+def test_productions_engine_block_is_the_configuration_it_ran(tmp_path):
+    from msprlab.experiments.experiment_config import load_experiment
+    from msprlab.experiments.parity.worlds import WORLDS, definition
+    for world in WORLDS:
+        p = world.settings.production
+        matched = tmp_path / f"{world.name}.toml"
+        matched.write_text(definition(world, tmp_path / "s.duckdb", matched=True))
+        engine = load_experiment(matched).engine
+        assert engine.decay.enabled == p.decay
+        if p.decay:
+            assert engine.decay.half_life_days == p.half_life_days
+        fb, r = engine.mspr.feedback, engine.retrieval
+        assert (fb.boost_delta, fb.penalty_delta, fb.max_boost_per_memory) == (
+            p.boost_delta, p.penalty_delta, p.max_boost_per_memory)
+        assert (r.delta_personal, r.epsilon_frequency, r.zeta_success) == (
+            p.delta_personal, p.epsilon_frequency, p.zeta_success)
+        mismatched = tmp_path / f"{world.name}-x.toml"
+        mismatched.write_text(definition(world, tmp_path / "s.duckdb", matched=False))
+        other = load_experiment(mismatched).engine
+        assert other != engine  # the mismatched definition is not production's
+        assert "[fidelity]" in mismatched.read_text()  # the rest of the definition stays
+
+
+def test_a_world_command_gives_the_settings_back():
+    from msprlab.experiments.parity.world import _parser
+    from msprlab.experiments.parity.world_settings import settings_from_args
+    from msprlab.experiments.parity.worlds import WORLDS
+    from msprlab.experiments.parity.worlds_manifest import world_command
+    for world in WORLDS:
+        argv = world_command(world.name, world.settings).split()[3:]  # after `-m module`
+        assert settings_from_args(_parser().parse_args(argv)) == world.settings, world.name
+
+
+def test_the_examination_curve_is_the_click_models():
+    from msprlab.datasets.clicks import PositionBasedModel, expected_click_rates
+    settings = WorldSettings(click_model=PositionBasedModel(eta=0.7, noise=0.0, max_grade=1))
+    curve = settings.examination()
+    assert curve[0] == 1.0 and curve[1] == pytest.approx(2 ** -0.7)
+    # with noise 0 a relevant memory is clicked exactly when examined
+    rates = expected_click_rates(settings.click_model, np.ones(10, dtype=np.int64))
+    np.testing.assert_allclose(rates, curve)
+
+
+@pytest.mark.parity
+def test_a_world_with_the_applications_embedder_replays_as_production(tmp_path, monkeypatch,
+                                                                       capsys):
+    """A tiny world made with the embedder msprlab lacks, production's own weights, ranks
+    recorded and a truth that follows past verdicts: its truth holds what the users did,
+    and the matched definition replays production (the fidelity check passes) while the
+    shipped one stops naming what differs."""
+    monkeypatch.setenv("OUTHAD_CONTEXTKIT_TELEMETRY", "false")
+    monkeypatch.setenv("OUTHAD_CONTEXTKIT_DIR", str(tmp_path / "library-home"))
+    pytest.importorskip("outhad_contextkit")
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures" / "application"))
+    from msprlab.experiments.cli import main as msprlab
+    from msprlab.experiments.parity.world_settings import Production
+    from msprlab.experiments.parity.worlds import World, definition
+    settings = WorldSettings(conversations=2, sessions=2, searches=120, seed=3, rank_share=1.0,
+                             preference_share=0.5, embedder="app_embedding:embed",
+                             production=Production(delta_personal=0.1, zeta_success=0.1))
+    folder = tmp_path / "w"
+    info = generate_world(folder, settings)
+    assert info["embedder"]["shipped_by_msprlab"] is False and info["embedder"]["dim"] == 96
+    assert info["truth"]["examination"] == settings.examination()
+    searches = pl.read_parquet(folder / "truth" / "searches.parquet")
+    assert searches["verdict_ranks"].list.len().sum() == info["counts"]["verdicts"]
+    assert info["counts"]["verdicts_with_rank"] == info["counts"]["verdicts"]  # share 1.0
+    with sqlite3.connect(f"{(folder / 'feedback_events.db').resolve().as_uri()}?immutable=1",
+                         uri=True) as conn:
+        ranks = [json.loads(m)["rank"] for (m,) in conn.execute(
+            "SELECT metadata_json FROM feedback_events ORDER BY id")]
+    conn.close()
+    assert ranks == [r for rs in searches["verdict_ranks"].to_list() for r in rs]
+    # a preference question's truth holds the memories its user judged helpful for it
+    truth = {(h, m) for h, _, m, _ in qrels(folder)}
+    for row in searches.filter(pl.col("preference")).iter_rows(named=True):
+        liked = {row["shown"][r - 1] for r, ok in zip(row["verdict_ranks"],
+                                                       row["verdict_helpful"], strict=True)
+                 if ok}
+        assert {(row["query_hash"], m) for m in liked} <= truth
+    store = tmp_path / "s.duckdb"
+    assert msprlab(["ingest", "contextkit", "--feedback-db", str(folder / "feedback_events.db"),
+                    "--graph-jsonl", str(folder / "context_graph.jsonl"), "--qdrant-path",
+                    str(folder / "qdrant"), "--query-embedder", "app_embedding:embed",
+                    "--store", str(store)]) == 0
+    world = World("tiny", "a test", settings)
+    for matched, code in ((True, 0), (False, 2)):
+        path = tmp_path / f"{matched}.toml"
+        path.write_text(definition(world, store, matched=matched).replace(
+            "min_support = 10", "min_support = 1").replace("trials = 300", "trials = 2")
+            .replace("min_ranks = 0.80", "min_ranks = 0.5"))
+        capsys.readouterr()
+        assert msprlab(["ablate", str(path), "--root", str(tmp_path), "--no-track"]) == code
+        out = " ".join(capsys.readouterr().out.split())
+        assert ("replay fidelity passed: nodes 100.0%, edges 100.0%, deltas 100.0%" in out
+                if matched else "context_graph.decay.enabled = false" in out)

@@ -144,6 +144,11 @@ ROWS = [
     ("tune", "heartbeat", "0", 2, r"tune\.heartbeat = 0 is out of range: .*integer >= 1"),
     ("tune", "heartbeat", "40", 2, r"`1 <= heartbeat < heartbeat_grace` .* got 40 and 30"),
     ("tune", "storage", "7", 2, r"tune\.storage: expected str, got 7"),
+    # fidelity
+    ("fidelity", "on_fail", '"ignore"', 2, r"fidelity\.on_fail: 'ignore' is not one of stop, warn"),
+    ("fidelity", "min_ranks", "1.5", 2,
+     r"fidelity\.min_ranks = 1\.5 is out of range: it must be a number in \[0, 1\]"),
+    ("fidelity", "tolerance", "inf", 2, r"fidelity\.tolerance: expected float, got inf"),
     # tracking
     ("tracking", "uri", '""', 2, r"tracking\.uri = '': must not be empty"),
     ("tracking", "experiment", '""', 2, r"tracking\.experiment = '': must not be empty"),

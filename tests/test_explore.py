@@ -239,3 +239,26 @@ def test_open_question_defaults_to_tuned_against_off_and_the_first_search(bundle
     out = open_question(data, query_id)
     assert out["arms"] == ["off", "tuned"]
     assert [s["event_id"] for s in out["opened"]] == out["searches"][:1]
+
+
+def test_the_report_embeds_the_questions_and_writes_each_questions_lists_beside_it(
+        bundle, tmp_path):
+    from msprlab.reports import load_bundle, write_report
+    from msprlab.reports.explore_page import FOLDER, PER_CHUNK
+
+    results = load_bundle(bundle)
+    html, _ = write_report(results, tmp_path / "one")
+    write_report(results, tmp_path / "two")
+    assert html.read_bytes() == (tmp_path / "two" / "report.html").read_bytes()
+    text = html.read_text()
+    questions = load_explore(bundle).searches["query_id"].n_unique()
+    data = json.loads(text.split('<script type="application/json" id="xp-data">')[1]
+                      .split("</script>")[0])
+    assert len(data["questions"]) == questions and data["defaults"] == ["off", "tuned"]
+    files = sorted(p.name for p in (tmp_path / "one" / FOLDER).iterdir())
+    assert files == data["files"] and len(files) == -(-questions // PER_CHUNK)
+    section = text.split('id="questions"')[1].split("</section>")[0]
+    assert f"{FOLDER}/" in section and "http://" not in section and "https://" not in section
+    (tmp_path / "one" / FOLDER / "stale.js").write_text("")
+    write_report(results, tmp_path / "one")
+    assert not (tmp_path / "one" / FOLDER / "stale.js").exists()

@@ -53,23 +53,17 @@ def test_agreement_is_kendall_and_pearson_over_the_arms() -> None:
     assert res["tau"] != res["tau"]  # NaN: a constant metric orders nothing
 
 
-@pytest.fixture(scope="module")
-def world_store(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("world")
-    store = root / "runs" / "contextkit.duckdb"
-    assert main(["ingest", "contextkit", "--feedback-db", str(WORLD / "feedback_events.db"),
-                 "--success-db", str(WORLD / "query_success.db"),
-                 "--graph-jsonl", str(WORLD / "context_graph.jsonl"),
-                 "--qdrant-path", str(WORLD / "qdrant"), "--query-embedder", "wordllama",
-                 "--store", str(store)]) == 0
-    return store
+@pytest.fixture
+def world_store(contextkit_world_store) -> Path:
+    return contextkit_world_store
 
 
 def test_the_world_checks_verdicts_against_its_truth(world_store, tmp_path, capsys) -> None:
     definition = tmp_path / "ck.toml"
     definition.write_text(SHIPPED.read_text().replace(
         'store = "runs/contextkit.duckdb"', f'store = "{world_store}"').replace(
-        "min_support = 30", "min_support = 5"))
+        "min_support = 30", "min_support = 5").replace(
+        "decay = { enabled = true", "decay = { enabled = false"))
     capsys.readouterr()
     assert check_main([str(definition), "--truth", str(WORLD / "truth" / "qrels.tsv")]) == 0
     out = " ".join(capsys.readouterr().out.split())
@@ -94,16 +88,36 @@ def test_a_definition_on_qrels_is_refused(capsys) -> None:
     assert 'dataset.labels must be "verdicts"' in capsys.readouterr().out
 
 
+def test_the_shipped_definition_stops_where_production_ran_otherwise(world_store, tmp_path,
+                                                                     capsys) -> None:
+    """The world's production ran decay off; the shipped definition (decay on, the
+    library's default) is not it: the run stops before any table and names the setting,
+    measured by replaying it."""
+    root = world_store.parents[1]
+    definition = tmp_path / "ck.toml"
+    definition.write_text(SHIPPED.read_text())
+    capsys.readouterr()
+    assert main(["ablate", str(definition), "--root", str(root), "--no-track"]) == 2
+    captured = capsys.readouterr()
+    out = " ".join((captured.out + captured.err).split())
+    assert "replay fidelity FAILED" in out and "ablation ladder" not in out
+    assert "copy production's settings into [engine]: context_graph.decay.enabled = false " \
+           "(the definition: true)" in out
+    assert "decay off 100.0% 100.0% 100.0%" in out  # the candidate tried, with its figures
+
+
 def test_a_relative_store_is_under_root_and_chat_roles_are_named(world_store, tmp_path,
                                                                   capsys) -> None:
     # dataset.store = "runs/contextkit.duckdb" (the shipped definition's), found under --root
     root = world_store.parents[1]
     definition = tmp_path / "ck.toml"
     definition.write_text(SHIPPED.read_text().replace("min_support = 30", "min_support = 5")
-                          .replace("trials = 300", "trials = 5"))
+                          .replace("trials = 300", "trials = 5").replace(
+                              "decay = { enabled = true", "decay = { enabled = false"))
     capsys.readouterr()
     assert main(["ablate", str(definition), "--root", str(root), "--no-track"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"store {world_store}" in out
+    assert "replay fidelity passed: nodes 100.0%, edges 100.0%, deltas 100.0%" in out
     # the world's memories came through Memory.add: their payload role is the chat role
     assert "the memories' payload role is a chat role (user)" in out and "quirk 15" in out

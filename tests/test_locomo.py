@@ -77,7 +77,8 @@ def test_shipped_file_matches_its_card():
 def test_counts(ds):
     assert ds.source == "locomo"
     assert ds.counts() == {"memories": 5882, "embeddings": 0, "edges": 11220,
-                           "events": 5882, "queries": 1986, "qrels": 2820, "query_embeddings": 0}
+                           "events": 5882, "queries": 1986, "qrels": 2820, "query_embeddings": 0,
+                           "feedback_records": 0}
     assert ds.memories["user_id"].n_unique() == 10
     assert ds.memories["run_id"].n_unique() == 272
     assert ds.queries["query_id"].is_in(ds.qrels["query_id"].implode()).sum() == 1982

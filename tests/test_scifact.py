@@ -50,12 +50,14 @@ def test_shipped_files_and_card():
 def test_counts(ds):
     assert ds.source == "scifact/test"
     assert ds.counts() == {"memories": 5183, "embeddings": 0, "edges": 0, "events": 0,
-                           "queries": 300, "qrels": 339, "query_embeddings": 0}
+                           "queries": 300, "qrels": 339, "query_embeddings": 0,
+                           "feedback_records": 0}
     assert ds.qrels["query_id"].n_unique() == 300
     assert ds.memories["user_id"].unique().to_list() == ["scifact"]
     train = load_scifact("train")
     assert train.counts() == {"memories": 5183, "embeddings": 0, "edges": 0, "events": 0,
-                              "queries": 809, "qrels": 919, "query_embeddings": 0}
+                              "queries": 809, "qrels": 919, "query_embeddings": 0,
+                           "feedback_records": 0}
     validate(train)
 
 

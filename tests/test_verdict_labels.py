@@ -164,8 +164,17 @@ def test_run_on_contextkit_artifacts_scores_on_verdicts(tmp_path, capsys) -> Non
                  "--qdrant-path", str(FIXTURE / "qdrant"), "--store", str(store)]) == 0
     capsys.readouterr()
     definition = write_definition(tmp_path, store)
+    # the fixture's production is not the definition's engine, and its queries have no
+    # vectors: the run stops before any table, naming what differs
+    assert main(["run", str(definition), "--root", str(tmp_path), "--no-track"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "replay fidelity FAILED" in out and "ablation ladder" not in out
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+    # with on_fail = "warn" it goes on, every verdict-labelled figure naming the failure
+    definition = write_definition(tmp_path, store, '[fidelity]\non_fail = "warn"\n')
     assert main(["run", str(definition), "--root", str(tmp_path), "--no-track"]) == 0
     out = " ".join(capsys.readouterr().out.split())
+    assert "labels: feedback verdicts (replay fidelity FAILED" in out
     assert "labels: 5 feedback verdicts" in out
     assert "1 verdicts without a query text and 1 without a user, agent or run id" in out
     assert "labels: feedback verdicts" in out and "labels: dataset qrels" not in out
@@ -176,8 +185,12 @@ def test_run_on_contextkit_artifacts_scores_on_verdicts(tmp_path, capsys) -> Non
     assert not any("#" in q for q in per_search["query_id"])
     provenance = json.loads((bundle / "provenance.json").read_text())
     assert provenance["labels"]["source"] == "feedback verdicts"
+    fidelity = json.loads((bundle / "fidelity.json").read_text())
+    assert fidelity["passed"] is False and fidelity["projected_queries"] is True
+    assert provenance["labels"]["fidelity"].startswith("replay fidelity FAILED")
     assert (provenance["labels"]["verdicts"], provenance["labels"]["without_query"]) == (5, 1)
     summary = " ".join(render_markdown(load_bundle(bundle)).split())
-    assert "Labels: feedback verdicts; n counts distinct questions" in summary
+    assert "Labels: feedback verdicts (replay fidelity FAILED" in summary
+    assert "n counts distinct questions" in summary
     assert "labels: 5 feedback verdicts" in summary and "the dataset's qrels" not in summary
     assert "Judged share of each arm's top 10 (judged@10, per query): off 62.5%" in summary

@@ -33,9 +33,11 @@ standard `sqlite3` module, read-only (DuckDB's sqlite extension downloads at run
   `memory_deleted` at deleted_at, and one `feedback` event per `feedback_events` row: ts =
   the row's ISO timestamp as naive UTC, memory, user, agent and run ids, the query text,
   helpful, and `query_id` = the row's query hash (null for a verdict without a query).
-  `delta_applied` and `metadata_json` have no column: replaying the verdicts through the
-  engine recomputes the deltas. Order: (ts, kind in `EVENT_KINDS` order, source order with
-  feedback rows by id); `seq` = `event_id` = the position on that timeline.
+  The replay recomputes each verdict's delta; what production applied is kept beside it
+  in `feedback_records` (memory, time, user, helpful, `delta_applied`, `metadata_json` as
+  text), for the fidelity check to compare (`experiments/fidelity`). Order: (ts, kind in
+  `EVENT_KINDS` order, source order with feedback rows by id); `seq` = `event_id` = the
+  position on that timeline.
 - **Queries.** One per distinct query hash of the feedback rows: `query_id` = the hash
   (`hash_query`: sha256 of strip().lower(), 16 hex digits), `text` = the first row's
   query as typed, owner ids the rows' common value (null where they differ).
@@ -59,11 +61,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import pickle
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -72,12 +75,22 @@ import polars as pl
 
 from msprlab.engine.success import hash_query
 
-from ..schema import EDGES, EMBEDDINGS, EVENTS, MEMORIES, PAYLOAD_FIELDS, QUERIES, Dataset
+from ..schema import (
+    EDGES,
+    EMBEDDINGS,
+    EVENTS,
+    FEEDBACK_RECORDS,
+    MEMORIES,
+    PAYLOAD_FIELDS,
+    QUERIES,
+    Dataset,
+)
 from ..store import Progress
 from ..strict_json import DuplicateKeyError, loads
 from ..validate import IngestError, show, validate
 
-__all__ = ["DEFAULT_COLLECTION", "EMBEDDER", "FLAGS", "NODE_STATE_KEY", "load_contextkit"]
+__all__ = ["DEFAULT_COLLECTION", "EMBEDDER", "FLAGS", "NODE_STATE_KEY", "edges_at_creation",
+           "last_tick", "load_contextkit"]
 
 SOURCE = "contextkit"
 VERSION = "outhad-contextkitai 0.1.4 artifacts (graph export envelope 1)"
@@ -86,7 +99,7 @@ DEFAULT_COLLECTION = "outhad_contextkit"  # the library's QdrantConfig.collectio
 NODE_STATE_KEY = "contextkit_node"
 FLAGS = {"feedback_db": "--feedback-db", "success_db": "--success-db",
          "graph_jsonl": "--graph-jsonl", "qdrant_path": "--qdrant-path"}
-_LOADER_REVISION = 1
+_LOADER_REVISION = 2  # 2: feedback_records
 _OWNERS = ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id")
 _COLUMN_KEYS = frozenset(PAYLOAD_FIELDS)  # the payload keys with a column; the rest: metadata
 _KINDS = ("node", "edge", "embedding")
@@ -231,6 +244,8 @@ class _Verdict:
     helpful: bool
     ts: datetime
     file: str
+    delta_applied: float
+    metadata: str | None
 
     @property
     def row(self) -> str:
@@ -265,10 +280,10 @@ def _sqlite_rows(path: Path, table: str, columns: tuple[str, ...], flag: str) ->
 
 def _read_feedback(path: Path) -> list[_Verdict]:
     columns = ("id", "memory_id", "user_id", "agent_id", "run_id", "query", "query_hash",
-               "helpful", "timestamp")
+               "helpful", "timestamp", "delta_applied", "metadata_json")
     verdicts = []
-    for row_id, memory_id, user, agent, run, query, stored_hash, helpful, ts in _sqlite_rows(
-            path, "feedback_events", columns, FLAGS["feedback_db"]):
+    for (row_id, memory_id, user, agent, run, query, stored_hash, helpful, ts, delta,
+         metadata) in _sqlite_rows(path, "feedback_events", columns, FLAGS["feedback_db"]):
         where = f"{path.name} row id={row_id}"
         query = _string(query, where, "query")
         expected = hash_query(query)
@@ -280,7 +295,8 @@ def _read_feedback(path: Path) -> list[_Verdict]:
             user_id=_string(user, where, "user_id"), agent_id=_string(agent, where, "agent_id"),
             run_id=_string(run, where, "run_id"), query=query, query_hash=expected,
             helpful=_helpful(helpful, where), ts=_time(ts, where, "timestamp"),
-            file=path.name))
+            file=path.name, delta_applied=_number(delta, where, "delta_applied"),
+            metadata=_string(metadata, where, "metadata_json")))
         if len(verdicts) > 1 and verdicts[-1].ts < verdicts[-2].ts:
             before = verdicts[-2]
             _fail(where, "timestamp", f"{verdicts[-1].ts.isoformat()} is earlier than "
@@ -574,6 +590,13 @@ def _events(memories: pl.DataFrame, verdicts: list[_Verdict]) -> pl.DataFrame:
                           seq=pl.int_range(pl.len(), dtype=pl.Int64)))
 
 
+def _feedback_records(verdicts: list[_Verdict]) -> pl.DataFrame:
+    rows = [{"memory_id": v.memory_id, "ts": v.ts, "user_id": v.user_id, "helpful": v.helpful,
+             "delta_applied": v.delta_applied, "metadata": v.metadata, "_file": v.file,
+             "_row": v.row} for v in verdicts]
+    return pl.DataFrame(rows, schema=_provenanced(FEEDBACK_RECORDS))
+
+
 def _queries(verdicts: list[_Verdict]) -> pl.DataFrame:
     asked: dict[str, list[_Verdict]] = {}
     for v in verdicts:
@@ -628,9 +651,42 @@ def load_contextkit(*, feedback_db: Path | None, success_db: Path | None,
                          schema=_provenanced(EDGES))
     report("validate", 4, 5)
     ds = Dataset(SOURCE, VERSION, digest, memories=memories, embeddings=embeddings,
-                 edges=edges, events=_events(memories, verdicts), queries=_queries(verdicts))
+                 edges=edges, events=_events(memories, verdicts), queries=_queries(verdicts),
+                 feedback_records=_feedback_records(verdicts))
     validate(ds)
     if paths["success_db"] is not None:  # after validate: a bad verdict is the first report
         _check_success(paths["success_db"], verdicts)
     report("read", 5, 5)
     return ds
+
+
+# ---- a snapshot under decay -------------------------------------------------------------
+_DECAY_EXEMPT = ("CAUSAL", "CONTRADICTS")  # decay skips them (MSPR.md 5.1)
+
+
+# The edges a decay tick changed: updated after creation, of a type decay visits.
+_DECAYED = (pl.col("updated_at") > pl.col("created_at")) & ~pl.col("type").is_in(_DECAY_EXEMPT)
+
+
+def edges_at_creation(ds: Dataset, half_life_days: float) -> Dataset:
+    """`ds` (a ContextKit snapshot) with its edges at the weights they were created with,
+    were production's decay of this half-life: the export holds each edge's weight after
+    the ticks that changed it, the last at its `updated_at`, and a tick multiplies a weight
+    by exp(-lambda * hours since its last change), so the weight at creation was
+    w * exp(lambda * hours(updated_at - created_at)) (at most 1). Edges decay never
+    changed keep theirs. A replay with decay on enters the edges at their creation and
+    lets its own ticks decay them as production's did; edges production pruned are not in
+    the export and stay missing."""
+    rate = math.log(2.0) / (half_life_days * 24.0)  # per hour
+    hours = (pl.col("updated_at") - pl.col("created_at")).dt.total_microseconds() / 3.6e9
+    edges = ds.edges.with_columns(weight=pl.when(_DECAYED).then(
+        pl.min_horizontal(pl.lit(1.0), pl.col("weight") * (hours * rate).exp()))
+        .otherwise(pl.col("weight")))
+    return replace(ds, edges=edges)
+
+
+def last_tick(edges: pl.DataFrame) -> datetime | None:
+    """When production's decay last changed an edge (the latest `updated_at` of a decayed
+    edge), or None when no edge was decayed."""
+    found = edges.filter(_DECAYED)["updated_at"].max()
+    return found if isinstance(found, datetime) else None

@@ -34,6 +34,7 @@ from msprlab.experiments.cli.exits import (
 from ..arms import ExperimentArms, experiment_arms
 from ..bundle import Bundle
 from ..experiment_config import ExperimentConfig, load_experiment, shipped_experiments
+from ..fidelity.stage import fidelity_stage, with_fidelity
 from ..recovery import planted_recovery
 from ..reporter import Reporter
 from ..stages.ablate import ablation_stage
@@ -114,7 +115,9 @@ def _command(args: argparse.Namespace, which: str) -> int:
             progress = out.progress()
             store = prepare_store(cfg, Path(args.root), progress)
             prepared = replay_tables(cfg, store, arms.every(), progress)
+            prepared = with_fidelity(prepared, fidelity_stage(cfg, prepared, progress))
             out.prepared(prepared)
+            out.fidelity(prepared)
             with out.parent_run(which, prepared):
                 if which in ("ablate", "run"):
                     _ablate(out, cfg, prepared, arms)

@@ -102,6 +102,13 @@ def print_question(console: Console, out: dict[str, Any]) -> None:
                     for r in part["ranked"])
         for arm in (a, b):
             console.print(_arm_table(arm, search["arms"][arm], roles))
+        for arm, other in ((a, b), (b, a)):
+            only = [m for m in search["arms"][other]["lost"]
+                    if m["memory_id"] not in {u["memory_id"] for u in search["unshown"]}]
+            if only:
+                console.print(f"relevant memories only {arm} shows: " + "; ".join(
+                    f"{m['memory_id']} ({other}: {_fate_text(m)})" for m in only),
+                    highlight=False)
         if not search["unshown"]:
             console.print("relevant memories neither list shows: none", highlight=False)
             continue

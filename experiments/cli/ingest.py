@@ -14,7 +14,7 @@ from typing import Any
 
 from msprlab.datasets.schema import Dataset
 from msprlab.datasets.store import Progress as ProgressCallback
-from msprlab.experiments.cli.exits import BadInput
+from msprlab.experiments.cli.exits import EXIT_BAD_INPUT, BadInput, print_error
 from msprlab.experiments.cli.ingest_run import add_store_arguments, run_ingest
 from msprlab.experiments.cli.ingest_sources import add_source_verbs
 
@@ -47,26 +47,40 @@ def _reader(load: Callable[[ProgressCallback], Dataset], embedder: Any, *,
 
 def _embedder(name: str, flag: str = "--embedder") -> Any:
     """The embedder `--embedder NAME` names, or BadInput saying what to install or pick."""
-    from msprlab.datasets.embed import EMBEDDERS, make_embedder
+    from msprlab.datasets.embedders import EmbedderError, shipped_embedder
     try:
-        return make_embedder(name)
-    except ImportError as exc:
-        raise BadInput(f"{flag} {name}: {exc}") from None
-    except (ValueError, TypeError):
-        usable = ", ".join(n for n in sorted(EMBEDDERS) if n != "sentence-transformers")
-        raise BadInput(f"{flag} {name!r}: not an embedder ingest can build by name; "
-                       f"use one of {usable}") from None
+        return shipped_embedder(name, flag=flag)
+    except EmbedderError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _query_embedder(args: argparse.Namespace) -> Any:
+    """The embedder `--query-embedder` names (a shipped name, module:function or an HTTP
+    endpoint with its options), built and probed; None without the flag."""
+    if args.query_embedder is None:
+        return None
+    from msprlab.datasets.embedders import EmbedderError, EmbedderOptions, query_embedder
+    options = EmbedderOptions(model=args.query_embedder_model,
+                              key_env=args.query_embedder_key_env,
+                              batch_size=args.query_embedder_batch,
+                              timeout=args.query_embedder_timeout)
+    try:
+        return query_embedder(args.query_embedder, options)
+    except EmbedderError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def cmd_ingest_contextkit(args: argparse.Namespace) -> int:
     from msprlab.datasets.sources.contextkit import load_contextkit
+    try:
+        embedder = _query_embedder(args)
+    except BadInput as exc:
+        print_error(exc)
+        return EXIT_BAD_INPUT
     read = _reader(lambda progress: load_contextkit(
         feedback_db=args.feedback_db, success_db=args.success_db,
         graph_jsonl=args.graph_jsonl, qdrant_path=args.qdrant_path,
-        collection=args.collection, progress=progress),
-        None if args.query_embedder is None else _embedder(args.query_embedder,
-                                                           "--query-embedder"),
-        queries_only=True)
+        collection=args.collection, progress=progress), embedder, queries_only=True)
     return run_ingest(read, args.store, replace=args.replace, what="ContextKit artifacts")
 
 
@@ -88,11 +102,26 @@ def _add_contextkit_verb(verbs: argparse._SubParsersAction[argparse.ArgumentPars
                             help="the Qdrant local folder of Memory's vector store")
     contextkit.add_argument("--collection", default="outhad_contextkit", metavar="NAME",
                             help="the collection in that folder (default: %(default)s)")
-    contextkit.add_argument("--query-embedder", default=None, metavar="NAME",
-                            help="embed the verdicts' query texts with NAME (wordllama), the "
-                                 "embedder production ran: the artifacts keep no query "
-                                 "vectors. Without it replay projects queries from their "
-                                 "text into the memories' space (an approximation)")
+    contextkit.add_argument("--query-embedder", default=None, metavar="SPEC",
+                            help="embed the verdicts' query texts as production did (the "
+                                 "artifacts keep no query vectors): a shipped embedder "
+                                 "(wordllama), an importable callable module:function "
+                                 "(texts -> one vector each; its folder on PYTHONPATH), or "
+                                 "an OpenAI-compatible endpoint http(s)://HOST/v1 (with "
+                                 "--query-embedder-model). Without it replay projects "
+                                 "queries from their text into the memories' space (an "
+                                 "approximation; its fidelity is printed with every figure)")
+    contextkit.add_argument("--query-embedder-model", default=None, metavar="NAME",
+                            help="the model name sent to an HTTP endpoint")
+    contextkit.add_argument("--query-embedder-key-env", default=None, metavar="VAR",
+                            help="the environment variable holding the endpoint's API key "
+                                 "(sent as a bearer token; never taken on the command line)")
+    contextkit.add_argument("--query-embedder-batch", type=int, default=64, metavar="N",
+                            help="texts per request to an HTTP endpoint (default: %(default)s)")
+    contextkit.add_argument("--query-embedder-timeout", type=float, default=30.0,
+                            metavar="SECONDS",
+                            help="seconds per request to an HTTP endpoint; a timeout, 429 or "
+                                 "5xx is retried twice (default: %(default)s)")
     add_store_arguments(contextkit)
     contextkit.set_defaults(func=cmd_ingest_contextkit)
 

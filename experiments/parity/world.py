@@ -1,11 +1,15 @@
 """Make a world of ContextKit production artifacts with the real library, on LoCoMo.
 
-    python -m msprlab.experiments.parity.world --out DIR [--conversations K]
-        [--sessions S] [--searches N] [--seed S] [--no-query-share F] [--replace]
+    python -m msprlab.experiments.parity.world --out DIR [--conversations K] [--sessions S]
+        [--searches N] [--seed S] [--eta ETA] [--noise P] [--rank-share F]
+        [--preference-share F] [--decay on|off] [--half-life DAYS] [--boost D]
+        [--penalty D] [--cap D] [--delta W] [--epsilon W] [--zeta W]
+        [--embedder wordllama|module:function] [--no-query-share F] [--replace]
 
 needs the `parity` extra (outhad-contextkitai 0.1.4). The library's own `Memory` does the
 work through its public calls, so the files are what a deployment writes; LoCoMo supplies
-what a deployment never has, the truth.
+what a deployment never has, the truth. `world_settings.py` says what each setting is;
+`worlds.py` makes a set of worlds with one command.
 
 - **Memories.** Every dialog turn of the first K conversations of locomo10 (file order) is
   added with `Memory.add(text, infer=False, user_id=<conversation>, run_id=<session>,
@@ -17,22 +21,17 @@ what a deployment never has, the truth.
   stores each in its own Qdrant local collection (`DIR/qdrant`, collection
   `outhad_contextkit`) and in its networkx context graph (REPLY_TO, TEMPORAL_NEXT and
   TOPIC_SIMILAR edges from its own builder). MSPR is on with feedback, success and
-  frequency recorded (weights: the library's defaults); graph decay is off.
-- **Embedder.** A stand-in for the library's embedder returns msprlab's
-  `WordLlamaEmbedder` vectors (256 dims, offline), memory and question texts embedded
-  once up front; WordLlama's vectors do not depend on the batch, so `msprlab ingest ...
-  --embedder wordllama` reproduces both the memory and the query vectors.
-- **Usage period.** From a day after the last turn: N searches of Zipf-popular LoCoMo
-  questions (`simulate.draw_stream`: popularity `rank ** -1.1`, a search per hour on
-  average), each `Memory.search(question, user_id=<its conversation>, limit=10)` by the
-  question's own user; the library counts an access for every result it returns. The
-  shown ranking meets the harness's simulated user (`simulate.SimulatedUsers`): a
-  position-based click model reads the LoCoMo grades of the shown memories (1 for an
-  evidence turn of the question, 0 otherwise) and the verdict model judges each click,
-  recorded with `Memory.record_feedback(memory_id, helpful=..., query=question,
-  user_id=...)` 20 s x (i + 1) + 5 s after the search, as `simulate_log` times them. A
-  share of the verdicts (`--no-query-share`, 3 % by default, drawn from a generator of its
-  own) is recorded without `query=`, as production has them; those give no success row.
+  frequency recorded; decay, the feedback deltas and the three MSPR weights are
+  production's (`Production`: by default decay off, the library's deltas, weights 0).
+- **Embedder.** A stand-in for the library's embedder returns the vectors of the world's
+  embedder: `wordllama` (msprlab's `WordLlamaEmbedder`, 256 dims, offline), or the
+  application's own `module:function` (`tests/fixtures/application/app_embedding.py:embed`
+  is a hashed bag of words msprlab does not ship), memory and question texts embedded once
+  up front. `msprlab ingest contextkit ... --query-embedder SPEC` with the same SPEC
+  reproduces the query vectors (world.json gives the flag).
+- **Usage period** (`world_usage.py`): N searches through `Memory.search`, the simulated
+  users' clicks (position-based, examination r^-eta) and verdicts through
+  `Memory.record_feedback`, a share recording the rank shown (`metadata.rank`).
 - **Clock and ids.** Every clock the library reads is frozen to the scenario's
   (`standins.frozen_library`, `frozen_datetime_module`) and memory ids come
   from a counter, so one seed gives the same files: the SQLite stores and the graph
@@ -41,19 +40,24 @@ what a deployment never has, the truth.
 DIR receives `feedback_events.db`, `query_success.db`, `context_graph.jsonl` (the graph's
 `export_jsonl`), `qdrant/` and:
 
-- `world.json`: library version, msprlab commit, seed, settings, embedder, counts;
+- `world.json`: library version, msprlab commit, seed, settings, embedder, counts; the
+  truth's examination curve (`truth.examination`: P(rank r examined), r = 1..limit) and
+  the [engine] block that replays production (`production.engine_toml`);
 - `truth/qrels.tsv`: TREC qrels (`QUERY_HASH 0 MEMORY_ID 1`) of every question some
   verdict names by its query, keyed by the library's query hash (`hash_query`, the same
   as `msprlab.engine.success.hash_query`: the query ids `ingest contextkit` gives) and the
-  artifact memory ids;
+  artifact memory ids: its evidence, and on a preference question the memories its user
+  judged helpful for it over the period;
 - `truth/searches.parquet`: every search in order: search, ts (naive UTC), user_id,
   query_hash, question_id (`conv-26:q12`, msprlab's LoCoMo query id), question_type,
-  query, shown (memory ids in rank order), scores (the library's), clicks, verdicts;
-- `truth/memories.tsv`: artifact memory id -> LoCoMo memory id (`conv-26:D1:3`).
+  query, preference, shown (memory ids in rank order), scores (the library's), relevant
+  (the memories relevant to it then), clicked_ranks, verdict_ranks, verdict_helpful
+  (1-based ranks), clicks, verdicts;
+- `truth/memories.tsv`: artifact memory id -> LoCoMo memory id.
 
 Check it with `msprlab ingest contextkit --feedback-db DIR/feedback_events.db --success-db
 DIR/query_success.db --graph-jsonl DIR/context_graph.jsonl --qdrant-path DIR/qdrant
---store X.duckdb`.
+--query-embedder SPEC --store X.duckdb`.
 
 The committed fixture `tests/fixtures/contextkit_world/` is (see its README.md)::
 
@@ -69,7 +73,6 @@ import argparse
 import importlib.metadata
 import json
 import logging
-import math
 import os
 import sqlite3
 import subprocess
@@ -78,23 +81,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
-from msprlab.datasets.clicks import PositionBasedModel, VerdictModel
-from msprlab.datasets.simulate import (
-    CLICK_STEP_US,
-    SESSION_GAP_US,
-    VERDICT_DELAY_US,
-    SimulatedUsers,
-    draw_stream,
-)
-from msprlab.datasets.timeline import to_datetime, to_us
 from msprlab.engine.success import hash_query
 
 from ..cli.exits import EXIT_BAD_INPUT, EXIT_OK, BadInput, print_error
@@ -104,88 +97,34 @@ from .standins import (
     EmbedderConfig,
     close_memory,
     copy_artifacts,
-    frozen_datetime_module,
     frozen_library,
     library_home,
     load_library_module,
     memory_config,
     remove_entries,
 )
+from .world_settings import (
+    MAX_GRADE,
+    Production,
+    WorldSettings,
+    add_settings_arguments,
+    settings_from_args,
+)
+from .world_usage import Search, Tally, use
 
-__all__ = ["FORMAT", "WorldError", "WorldSettings", "generate_world", "main"]
+__all__ = ["FORMAT", "Production", "WorldError", "WorldSettings", "generate_world", "main"]
 
-FORMAT = "msprlab-contextkit-world/1"
+FORMAT = "msprlab-contextkit-world/2"  # 2: production settings, preference, ranks
 LIBRARY = "outhad-contextkitai"
-LOCOMO_CONVERSATIONS = 10
-USAGE_DELAY = timedelta(days=1)  # the usage period starts a day after the last turn
 EXPORT_DELAY = timedelta(minutes=1)  # the graph is exported a minute after the last event
 # What a run writes besides the library's artifacts (other files in DIR are kept).
 WORLD_FILES = ("world.json", "truth")
-# The shown ranking's grades are LoCoMo's binary evidence: 0 or 1.
-MAX_GRADE = 1
 _REPO = Path(__file__).resolve().parents[2]  # the repository (experiments/parity/world.py)
 _SOURCES = ("engine", "experiments", "datasets", "reports", "pyproject.toml")
 
 
 class WorldError(ValueError):
     """Settings that leave nothing to make (no question to ask)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorldSettings:
-    """What the world is made of; every field is in world.json."""
-
-    conversations: int = 2
-    sessions: int | None = None  # the first S sessions of each conversation; None: all
-    searches: int = 1000
-    seed: int = 0
-    no_query_share: float = 0.03
-    limit: int = 10
-    zipf_s: float = 1.1
-    mean_gap_seconds: float = 3600.0
-    click_model: PositionBasedModel = field(
-        default_factory=lambda: PositionBasedModel(eta=1.0, noise=0.1, max_grade=MAX_GRADE))
-    verdict_model: VerdictModel = field(
-        default_factory=lambda: VerdictModel(p_helpful=(0.1, 0.95), judge_rate=1.0))
-
-    def __post_init__(self) -> None:
-        def whole(name: str, low: int, high: int | None = None) -> None:
-            value = getattr(self, name)
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (
-                high is None or value <= high)
-            span = f"{low}..{high}" if high is not None else f">= {low}"
-            if not ok:
-                raise ValueError(f"--{name.replace('_', '-')} must be a whole number "
-                                 f"{span}, got {value!r}")
-
-        whole("conversations", 1, LOCOMO_CONVERSATIONS)
-        if self.sessions is not None:
-            whole("sessions", 1)
-        whole("searches", 1)
-        whole("seed", 0)
-        whole("limit", 1, 100)
-        share = self.no_query_share
-        if not (isinstance(share, int | float) and not isinstance(share, bool)
-                and 0.0 <= share <= 1.0):
-            raise ValueError(f"--no-query-share must be a number in [0, 1], got {share!r}")
-        for name in ("zipf_s", "mean_gap_seconds"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if self.mean_gap_seconds <= 0:
-            raise ValueError(f"mean_gap_seconds must be > 0, got {self.mean_gap_seconds!r}")
-        if self.click_model.max_grade != MAX_GRADE or self.verdict_model.max_grade != MAX_GRADE:
-            raise ValueError("the click and verdict models must read grades 0..1 (LoCoMo's "
-                             "evidence is binary)")
-
-    def as_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items()
-               if k not in ("click_model", "verdict_model")}
-        out["click_model"] = {"name": type(self.click_model).__name__,
-                              **asdict(self.click_model)}
-        out["verdict_model"] = {"name": type(self.verdict_model).__name__,
-                                **asdict(self.verdict_model)}
-        return out
 
 
 # ---- LoCoMo ----------------------------------------------------------------------------
@@ -256,15 +195,38 @@ class LookupEmbedder:
         return list(vector)
 
 
-def _embedder_info(embedder: Any) -> dict[str, Any]:
-    from msprlab.datasets.build import recipe
+def _embedder(spec: str) -> Any:
+    """The world's embedder: `wordllama` or the application's `module:function`."""
+    from msprlab.datasets.embedders import EmbedderError, query_embedder
+    if spec.startswith(("http://", "https://")):
+        raise WorldError(f"--embedder {spec}: a world embeds with wordllama or a "
+                         "module:function (an HTTP endpoint serves one to ingest)")
     try:
-        package = f"wordllama {importlib.metadata.version('wordllama')}"
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a core dependency
-        package = "wordllama (version unknown)"
-    return {"name": embedder.name, "dim": embedder.dim, "config": embedder.config,
-            "package": package, "recipe": recipe(embedder),
-            "harness_flag": "--embedder wordllama"}
+        return query_embedder(spec, flag="--embedder")
+    except EmbedderError as exc:
+        raise WorldError(str(exc)) from None
+
+
+def _embedder_info(spec: str, embedder: Any) -> dict[str, Any]:
+    """What world.json says of the embedder, and the ingest flag that reproduces it."""
+    from msprlab.datasets.build import recipe
+    info: dict[str, Any] = {"name": embedder.name, "spec": spec, "dim": embedder.dim,
+                            "recipe": recipe(embedder), "harness_flag": f"--query-embedder "
+                                                                        f"{spec}"}
+    if embedder.name == "wordllama":
+        info["config"] = embedder.config
+        try:
+            info["package"] = f"wordllama {importlib.metadata.version('wordllama')}"
+        except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a dependency
+            info["package"] = "wordllama (version unknown)"
+        info["shipped_by_msprlab"] = True
+    else:
+        module = sys.modules[spec.partition(":")[0]]
+        info["module_file"] = str(Path(str(module.__file__)).resolve())
+        info["pythonpath"] = str(Path(str(module.__file__)).resolve().parent)
+        info["source_sha256"] = embedder.source_sha256
+        info["shipped_by_msprlab"] = False
+    return info
 
 
 # ---- the run -----------------------------------------------------------------------------
@@ -273,30 +235,6 @@ Progress = Callable[[str, int, int], None]
 
 def _silent(stage: str, done: int, total: int) -> None:
     return None
-
-
-@dataclass
-class _Search:
-    search: int
-    ts: datetime
-    user_id: str
-    query_hash: str
-    question_id: str
-    question_type: str | None
-    query: str
-    shown: list[str]
-    scores: list[float]
-    clicks: int = 0
-    verdicts: int = 0
-
-
-@dataclass
-class _Tally:
-    clicks: int = 0
-    verdicts: int = 0
-    helpful: int = 0
-    without_query: int = 0
-    judged_hashes: set[str] = field(default_factory=set)
 
 
 def _add_memories(memory: Any, clock: Clock, world: _Locomo,
@@ -314,65 +252,6 @@ def _add_memories(memory: Any, clock: Clock, world: _Locomo,
         ids[str(entry["id"])] = turn["memory_id"]
         report("adding memories", i + 1, total)
     return ids
-
-
-def _use(memory: Any, clock: Clock, world: _Locomo, ids: dict[str, str],
-         settings: WorldSettings, report: Progress) -> tuple[list[_Search], _Tally]:
-    """The usage period: searches, clicks and verdicts, in time order."""
-    stream_seed, users_seed, query_seed = np.random.SeedSequence(settings.seed).spawn(3)
-    start_us = to_us(world.last + USAGE_DELAY)
-    questions = world.questions
-    answerable = np.full(questions.height, float(start_us))
-    picks, times = draw_stream(np.random.default_rng(stream_seed), answerable,
-                               settings.searches, float(settings.zipf_s), start_us,
-                               float(settings.mean_gap_seconds))
-    users = SimulatedUsers(settings.click_model, settings.verdict_model,
-                           np.random.default_rng(users_seed))
-    drop_query = np.random.default_rng(query_seed)
-    texts, owners = questions["text"].to_list(), questions["user_id"].to_list()
-    qids, kinds = questions["query_id"].to_list(), questions["question_type"].to_list()
-    log: list[_Search] = []
-    tally = _Tally()
-    previous_end = -(1 << 62)
-    for k, (q, earliest) in enumerate(zip(picks.tolist(), times.tolist(), strict=True)):
-        at = max(earliest, previous_end + SESSION_GAP_US)
-        clock.now = to_datetime(at)
-        text, user = texts[q], owners[q]
-        found = memory.search(text, user_id=user, limit=settings.limit)["results"]
-        shown = [str(r["id"]) for r in found[:settings.limit]]
-        entry = _Search(k, clock.now, user, str(hash_query(text)), qids[q], kinds[q], text,
-                        shown, [float(r.get("score") or 0.0) for r in found[:settings.limit]])
-        log.append(entry)
-        previous_end = at
-        report("usage period", k + 1, settings.searches)
-        if not shown:
-            continue
-        evidence = world.evidence[entry.query_hash]
-        grades = np.array([int(ids.get(m) in evidence) for m in shown], dtype=np.int64)
-        clicked, verdicts = users.react(grades)
-        for i, (rank, helpful) in enumerate(zip(clicked, verdicts, strict=True)):
-            previous_end = click_at = at + CLICK_STEP_US * (i + 1)
-            entry.clicks += 1
-            tally.clicks += 1
-            if helpful is None:
-                continue
-            previous_end = verdict_at = click_at + VERDICT_DELAY_US
-            clock.now = to_datetime(verdict_at)
-            asked = None if drop_query.random() < settings.no_query_share else text
-            with frozen_datetime_module(clock):
-                recorded = memory.record_feedback(shown[rank], helpful=helpful, query=asked,
-                                                  user_id=user)
-            if recorded is None:
-                raise RuntimeError(f"record_feedback({shown[rank]!r}) returned None: MSPR "
-                                   "feedback is off or the memory has no graph node")
-            entry.verdicts += 1
-            tally.verdicts += 1
-            tally.helpful += bool(helpful)
-            if asked is None:
-                tally.without_query += 1
-            else:
-                tally.judged_hashes.add(entry.query_hash)
-    return log, tally
 
 
 def _msprlab_commit() -> dict[str, Any]:
@@ -403,7 +282,7 @@ def _check_hashes(world: _Locomo) -> None:
                                f"msprlab as {hash_query(text)!r}")
 
 
-def _check_rows(out: Path, tally: _Tally) -> None:
+def _check_rows(out: Path, tally: Tally) -> None:
     """The library wrote one feedback row per verdict and one success row per verdict with
     a query."""
     expected = {("feedback_events.db", "feedback_events"): tally.verdicts,
@@ -419,14 +298,18 @@ def _check_rows(out: Path, tally: _Tally) -> None:
                                f"{count}")
 
 
-def _write_truth(out: Path, world: _Locomo, ids: dict[str, str], log: list[_Search],
-                 tally: _Tally) -> int:
-    """truth/qrels.tsv, truth/searches.parquet, truth/memories.tsv; returns the qrel count."""
+def _write_truth(out: Path, world: _Locomo, ids: dict[str, str], log: list[Search],
+                 tally: Tally) -> int:
+    """truth/qrels.tsv, truth/searches.parquet, truth/memories.tsv; returns the qrel count.
+    A question's qrels are its evidence and, on a preference question, the memories its
+    user judged helpful for it over the period."""
     truth = out / "truth"
     truth.mkdir()
     artifact = {locomo: mid for mid, locomo in ids.items()}
-    lines = [(query_hash, artifact[locomo_id]) for query_hash in tally.judged_hashes
-             for locomo_id in world.evidence[query_hash]]
+    lines = {(query_hash, artifact[locomo_id]) for query_hash in tally.judged_hashes
+             for locomo_id in world.evidence[query_hash]}
+    lines |= {(query_hash, memory_id) for query_hash in tally.judged_hashes
+              for memory_id in tally.liked.get(query_hash, ())}
     (truth / "qrels.tsv").write_text("".join(f"{h}\t0\t{m}\t1\n" for h, m in sorted(lines)))
     (truth / "memories.tsv").write_text(
         "memory_id\tlocomo_memory_id\n" + "".join(f"{m}\t{ids[m]}\n" for m in ids))
@@ -434,11 +317,34 @@ def _write_truth(out: Path, world: _Locomo, ids: dict[str, str], log: list[_Sear
         [vars(s) for s in log],
         schema={"search": pl.Int64, "ts": pl.Datetime("us"), "user_id": pl.String,
                 "query_hash": pl.String, "question_id": pl.String,
-                "question_type": pl.String, "query": pl.String,
+                "question_type": pl.String, "query": pl.String, "preference": pl.Boolean,
                 "shown": pl.List(pl.String), "scores": pl.List(pl.Float64),
+                "relevant": pl.List(pl.String), "clicked_ranks": pl.List(pl.Int64),
+                "verdict_ranks": pl.List(pl.Int64), "verdict_helpful": pl.List(pl.Boolean),
                 "clicks": pl.Int64, "verdicts": pl.Int64})
     frame.write_parquet(truth / "searches.parquet", statistics=False)
     return len(lines)
+
+
+def _truth_json(settings: WorldSettings) -> dict[str, Any]:
+    """What the simulated users are: the examination curve a position-bias estimate should
+    recover, the attractiveness of each grade, the verdicts' helpful probabilities."""
+    click, verdict = settings.click_model, settings.verdict_model
+    return {"click_model": "position-based: P(click at r) = examination[r] * "
+                           "attractiveness[grade]",
+            "eta": click.eta, "examination": settings.examination(),
+            "attractiveness": [float(a) for a in click.attractiveness(
+                list(range(MAX_GRADE + 1)))],
+            "p_helpful": list(verdict.p_helpful), "judge_rate": verdict.judge_rate,
+            "preference_share": settings.preference_share, "rank_share": settings.rank_share}
+
+
+def _with(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`config` with `overrides` written over it, nested dicts merged."""
+    out = dict(config)
+    for key, value in overrides.items():
+        out[key] = _with(out.get(key) or {}, value) if isinstance(value, dict) else value
+    return out
 
 
 def _relative(config: Any, work: Path) -> Any:
@@ -454,8 +360,8 @@ def _config_json(config: dict[str, Any], work: Path) -> dict[str, Any]:
     """The `Memory.from_config` dict as world.json shows it: paths under `<work>`, and a
     note on the two parts the library builds but the run never uses as configured."""
     shown: dict[str, Any] = _relative(config, work)
-    shown["embedder"]["replaced_by"] = ("LookupEmbedder over msprlab's WordLlamaEmbedder "
-                                        "(see embedder); the library's is never called")
+    shown["embedder"]["replaced_by"] = ("LookupEmbedder over the world's embedder (see "
+                                        "embedder); the library's is never called")
     shown["llm"]["note"] = "never called: every add is infer=False"
     return shown
 
@@ -491,8 +397,6 @@ def generate_world(out: Path, settings: WorldSettings, *,
     Stages reported: "embedding", "adding memories", "usage period", "export".
     """
     report = progress or _silent
-    from msprlab.datasets.embed import WordLlamaEmbedder
-
     timings: dict[str, float] = {}
     started = time.perf_counter()
     world = _locomo(settings.conversations, settings.sessions)
@@ -501,14 +405,15 @@ def generate_world(out: Path, settings: WorldSettings, *,
                          f"has all its evidence in their first {settings.sessions} session(s); "
                          "raise --sessions")
     report("embedding", 0, 1)
-    wordllama = WordLlamaEmbedder()
-    embedder = LookupEmbedder(wordllama, world.turns["text"].to_list()
+    model = _embedder(settings.embedder)
+    embedder = LookupEmbedder(model, world.turns["text"].to_list()
                               + world.questions["text"].to_list())
     timings["load_and_embed"] = time.perf_counter() - started
     with _quiet_library(), tempfile.TemporaryDirectory(prefix="ck-world-",
                                                        dir=_scratch()) as tmp:
         work = Path(tmp)
-        config = memory_config(work, dims=embedder.config.embedding_dims)
+        config = _with(memory_config(work, dims=embedder.config.embedding_dims),
+                       settings.production.library_config())
         clock = Clock(world.first)
         with library_home(work / "home"), frozen_library(clock):
             _check_hashes(world)
@@ -519,7 +424,7 @@ def generate_world(out: Path, settings: WorldSettings, *,
                 ids = _add_memories(memory, clock, world, report)
                 timings["add"] = time.perf_counter() - mark
                 mark = time.perf_counter()
-                log, tally = _use(memory, clock, world, ids, settings, report)
+                log, tally = use(memory, clock, world, ids, settings, report)
                 timings["usage"] = time.perf_counter() - mark
                 report("export", 0, 1)
                 clock.now = max(clock.now, log[-1].ts) + EXPORT_DELAY
@@ -546,7 +451,10 @@ def generate_world(out: Path, settings: WorldSettings, *,
             "collection": COLLECTION,
             "memory_config": _config_json(config, work),
         },
-        "embedder": _embedder_info(wordllama),
+        "embedder": _embedder_info(settings.embedder, model),
+        "truth": _truth_json(settings),
+        "production": {**settings.as_json()["production"],
+                       "engine_toml": settings.production.engine_toml()},
         "counts": {
             "memories": len(ids), "questions": world.questions.height,
             "questions_searched": len({s.question_id for s in log}),
@@ -555,6 +463,8 @@ def generate_world(out: Path, settings: WorldSettings, *,
             "clicks": tally.clicks, "verdicts": tally.verdicts,
             "verdicts_helpful": tally.helpful, "verdicts_without_query": tally.without_query,
             "success_rows": tally.verdicts - tally.without_query,
+            "verdicts_with_rank": tally.ranked,
+            "preference_questions_searched": len({s.query_hash for s in log if s.preference}),
             "embedder_misses": embedder.misses,
         },
         "files": {"artifacts": ["feedback_events.db", "query_success.db",
@@ -591,24 +501,13 @@ def _parser() -> argparse.ArgumentParser:
                     "and world.json. Needs the parity extra (outhad-contextkitai 0.1.4).",
         epilog="Deterministic for a seed. Check the result with `msprlab ingest contextkit "
                "--feedback-db DIR/feedback_events.db --success-db DIR/query_success.db "
-               "--graph-jsonl DIR/context_graph.jsonl --qdrant-path DIR/qdrant --store "
-               "X.duckdb`. Exit status: 0 success, 2 bad input.")
+               "--graph-jsonl DIR/context_graph.jsonl --qdrant-path DIR/qdrant "
+               "--query-embedder SPEC --store X.duckdb` (world.json gives SPEC and the "
+               "[engine] block that replays production). Exit status: 0 success, 2 bad "
+               "input.")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="the folder to write (created; must be empty unless --replace)")
-    parser.add_argument("--conversations", type=int, default=2, metavar="K",
-                        help="how many LoCoMo conversations (the first K of locomo10, one "
-                             "user each; 1..10, default 2)")
-    parser.add_argument("--sessions", type=int, default=None, metavar="S",
-                        help="only the first S sessions of each conversation, and only the "
-                             "questions whose evidence lies in them (default: all sessions)")
-    parser.add_argument("--searches", type=int, default=1000, metavar="N",
-                        help="searches in the usage period (default 1000: about 400 "
-                             "verdicts on two whole conversations)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S",
-                        help="seeds the question stream, the clicks and verdicts and which "
-                             "verdicts lack a query (default 0)")
-    parser.add_argument("--no-query-share", type=float, default=0.03, metavar="F",
-                        help="share of verdicts recorded without query= (default 0.03)")
+    add_settings_arguments(parser)
     parser.add_argument("--replace", action="store_true",
                         help="overwrite the world in DIR (one with world.json); other "
                              "files there, such as a README, are kept")
@@ -618,9 +517,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        settings = WorldSettings(conversations=args.conversations, sessions=args.sessions,
-                                 searches=args.searches, seed=args.seed,
-                                 no_query_share=args.no_query_share)
+        settings = settings_from_args(args)
         _check_out(args.out, args.replace)
         try:
             importlib.metadata.version(LIBRARY)

@@ -51,6 +51,14 @@ class Labels:
     without_query: int = 0    # verdicts given without a query: they label no search
     without_owner: int = 0    # verdicts with a query but no owner id: neither
     window_minutes: float | None = None
+    # the replay's fidelity to production, one line (`experiments.fidelity`), where measured
+    fidelity: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """The label source as every figure names it: with the replay's fidelity beside
+        verdict labels, where it was measured."""
+        return self.source if self.fidelity is None else f"{self.source} ({self.fidelity})"
 
     def note(self) -> str | None:
         if self.source != VERDICT_LABELS:
@@ -110,6 +118,9 @@ class Prepared:
     from_cache: dict[str, bool] = field(default_factory=dict)
     labels: Labels = field(default_factory=lambda: Labels(LABEL_SOURCE))
     derived: dict[str, str] = field(default_factory=dict)  # key hash -> its twin's, not replayed
+    # `experiments.fidelity.stage.Fidelity` once measured (verdict labels on a store that
+    # records production's end state), else None: is the replay production?
+    fidelity: Any = None
 
     @property
     def replayed(self) -> int:

@@ -40,7 +40,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from msprlab.datasets.schema import EDGES, EMBEDDINGS, EVENTS, MEMORIES, QRELS, QUERIES, Dataset
+from msprlab.datasets.schema import (
+    EDGES,
+    EMBEDDINGS,
+    EVENTS,
+    FEEDBACK_RECORDS,
+    MEMORIES,
+    QRELS,
+    QUERIES,
+    Dataset,
+)
 from msprlab.datasets.store import ingest
 from msprlab.engine import decay, edges
 from msprlab.engine.config import DecayConfig, EdgesConfig
@@ -208,15 +217,28 @@ def generate(*, n_memories: int = 20_000, n_queries: int = 50_000, n_events: int
     rng = np.random.default_rng(seed)
     memories = _memories(rng, n_memories)
     queries = _queries(rng, n_queries)
+    events = _events(rng, memories, queries, n_events, shown)
     return Dataset(
         source="bench", version="1", digest=hashlib.sha256(params.encode()).hexdigest(),
         memories=memories, queries=queries,
         embeddings=_embeddings(rng, n_memories, dim), edges=_edges(rng, memories),
-        qrels=_qrels(rng, n_queries, n_memories, qrels_per_query),
-        events=_events(rng, memories, queries, n_events, shown),
+        qrels=_qrels(rng, n_queries, n_memories, qrels_per_query), events=events,
         query_embeddings=_embeddings(rng, n_queries, dim).rename({"memory_id": "query_id"})
         .with_columns(query_id=_ids("q", np.arange(n_queries))),
+        feedback_records=_feedback_records(rng, events),
     )
+
+
+def _feedback_records(rng: np.random.Generator, events: pl.DataFrame) -> pl.DataFrame:
+    """Production's record of each feedback event: a delta, and a rank for some."""
+    feedback = events.filter(pl.col("kind") == "feedback")
+    n = feedback.height
+    ranks = rng.integers(1, 11, n)
+    return feedback.select("memory_id", "ts", "user_id", "helpful").with_columns(
+        delta_applied=pl.when(pl.col("helpful")).then(0.15).otherwise(-0.1),
+        metadata=_nulls_where(rng.random(n) < 0.5, pl.lit(pl.Series(
+            [f'{{"rank": {r}}}' for r in ranks.tolist()]))),
+    ).select(FEEDBACK_RECORDS.names()).cast(dict(FEEDBACK_RECORDS.items()))
 
 
 def _peak_rss_mb() -> float:

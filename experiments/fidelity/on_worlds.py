@@ -1,0 +1,116 @@
+"""The fidelity check on a set of generated worlds (`experiments/parity/worlds.py`): for
+each world, its matched definition (production's [engine]), its mismatched one, and the
+matched one on the store without query vectors (projected from the text), the figures,
+whether the run would stop, and the settings it names.
+
+    python -m msprlab.experiments.fidelity.on_worlds DIR [--only NAME ...] [--json FILE]
+
+Exit status 0 (the figures are findings, not failures), 2 when DIR holds no world.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..arms import experiment_arms
+from ..cli.exits import EXIT_BAD_INPUT, EXIT_OK, print_error, stdout_console
+from ..experiment_config import load_experiment
+from ..stages.replay_tables import replay_tables
+from .stage import Fidelity, fidelity_stage
+
+__all__ = ["check_world", "main"]
+
+VARIANTS = ("matched", "mismatched", "projected")
+
+
+def _definition(folder: Path, variant: str, scratch: Path) -> Path:
+    if variant != "projected":
+        return folder / f"{variant}.toml"
+    text = (folder / "matched.toml").read_text(encoding="utf-8").replace(
+        str(folder / "store.duckdb"), str(folder / "store-projected.duckdb"))
+    path = scratch / f"{folder.name}-projected.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def check_world(folder: Path, variant: str, scratch: Path) -> tuple[Fidelity | None, float]:
+    """The fidelity of one world under one of its definitions, and the seconds it took."""
+    started = time.perf_counter()
+    cfg = load_experiment(_definition(folder, variant, scratch))
+    ladder = experiment_arms(cfg, ablation=True).ladder
+    prepared = replay_tables(cfg, folder / Path(cfg.dataset.store).name
+                             if variant != "projected" else Path(cfg.dataset.store),
+                             {"off": ladder["off"]})
+    return fidelity_stage(cfg, prepared), time.perf_counter() - started
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def _record(world: str, variant: str, fid: Fidelity, seconds: float) -> dict[str, Any]:
+    f = fid.figures
+    return {"world": world, "definition": variant, "passed": fid.passed,
+            "failing": list(fid.failing), "nodes": f.nodes, "edges": f.edges,
+            "deltas": f.deltas, "in_top": f.in_top, "in_top_helpful": f.in_top_helpful,
+            "ranks": f.ranks, "ranks_n": f.ranks_n, "access": f.access,
+            "named": {k: list(v) for k, v in fid.differing.items()},
+            "tried": len(fid.candidates), "seconds": seconds}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m msprlab.experiments.fidelity.on_worlds",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("folder", type=Path, metavar="DIR")
+    parser.add_argument("--only", nargs="+", metavar="NAME")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the records")
+    args = parser.parse_args(argv)
+    console = stdout_console()
+    worlds = sorted(p.parent for p in args.folder.glob("*/matched.toml")
+                    if args.only is None or p.parent.name in args.only)
+    if not worlds:
+        print_error(f"{args.folder}: no world folder with a matched.toml (make them with "
+                    "python -m msprlab.experiments.parity.worlds --out DIR)")
+        return EXIT_BAD_INPUT
+    records = []
+    scratch = Path(args.json.parent if args.json else args.folder)
+    for folder in worlds:
+        for variant in args.variants:
+            fid, seconds = check_world(folder, variant, scratch)
+            if fid is None:
+                continue
+            records.append(_record(folder.name, variant, fid, seconds))
+            console.print(escape(f"{folder.name} / {variant}: {fid.summary()}"),
+                          highlight=False)
+    table = Table(title=escape("replay fidelity on the generated worlds (matched: "
+                               "production's [engine]; mismatched: the world's other one; "
+                               "projected: matched, queries projected from their text)"),
+                  title_justify="left")
+    for column in ("world", "definition", "nodes", "edges", "deltas", "in top 10 (helpful)",
+                   "ranks (n)", "access", "run", "settings named", "s"):
+        table.add_column(column)
+    for r in records:
+        named = "; ".join(f"{k.split('.', 1)[1]} {v[0]}→{v[1]}" for k, v in r["named"].items())
+        table.add_row(r["world"], r["definition"], _pct(r["nodes"]), _pct(r["edges"]),
+                      _pct(r["deltas"]), f"{_pct(r['in_top'])} ({_pct(r['in_top_helpful'])})",
+                      f"{_pct(r['ranks'])} ({r['ranks_n']})", _pct(r["access"]),
+                      "goes on" if r["passed"] else "stops (exit 2)", escape(named),
+                      f"{r['seconds']:.0f}")
+    console.print(table)
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
