@@ -30,7 +30,9 @@ from msprlab.engine.batch import INTENTS, WEIGHTS
 from msprlab.engine.config import ConfigError, EdgesConfig, IntentConfig, RoleConfig
 from msprlab.engine.roles import POLICY_NAMES
 
+from .decision.settings import DecisionSettings
 from .errors import ExperimentError
+from .measures.compare import CORRECTIONS
 from .measures.metrics import parse_metric
 from .measures.splits import SplitSpec
 from .replay import FREQUENCY_MODES
@@ -172,7 +174,9 @@ class MetricsSection:
     primary: str = "ndcg@10"
     bootstrap: int = ranged(1000, low=1)   # resamples per bootstrap CI
     min_support: int = ranged(30, low=0)   # queries a group needs to be tested
-    correction: str = one_of("holm", ("holm", "bh"))
+    # The exploratory rows' correction, within each breakdown: "bonferroni" pairs each CI
+    # with its adjusted p (compare.py); "holm" and "bh" adjust p only.
+    correction: str = one_of("bonferroni", CORRECTIONS)
     # Verdict labels: an arm whose judged share of the top K (judged@K) is below this
     # fraction of the best-judged arm's is marked "not assessable" rather than scored.
     min_judged_ratio: float = ranged(0.5, 0, 1)
@@ -263,6 +267,7 @@ class ExperimentConfig:
     tune: TuneSection
     tracking: TrackingSection
     raw: Mapping[str, Any] = field(repr=False)
+    decision: DecisionSettings = field(default_factory=DecisionSettings)
     fidelity: FidelitySection = field(default_factory=FidelitySection)
 
     def digest(self) -> str:
@@ -308,7 +313,12 @@ def _section(cls: type, raw: Any, where: str) -> Any:
         if (rule := known[key].metadata.get("rule")) is not None:
             _check_rule(name, value, rule, default)
         values[key] = value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ExperimentError:
+        raise
+    except ValueError as exc:  # the section's own checks (e.g. DecisionSettings)
+        raise ExperimentError(str(exc)) from None
 
 
 def _kind(default: Any) -> str:
@@ -546,6 +556,21 @@ def _check_tune(tune: TuneSection, parsed: dict[str, Any]) -> TuneSection:
     return replace(tune, objectives=tuple(objectives))
 
 
+def _check_decision(settings: DecisionSettings, parsed: dict[str, Any]) -> DecisionSettings:
+    """The metric defaults to `metrics.primary` and must be one of `metrics.names` (the
+    other values are checked by `DecisionSettings` itself, through `_section`)."""
+    metrics = parsed["metrics"]
+    metric = settings.metric or metrics.primary
+    try:
+        metric = parse_metric(metric).name
+    except ValueError as exc:
+        raise ExperimentError(f"decision.metric: {exc}") from None
+    if metric not in metrics.names:
+        raise ExperimentError(f"decision.metric {metric!r} must be one of metrics.names "
+                              f"{list(metrics.names)}")
+    return replace(settings, metric=metric)
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) \
         and math.isfinite(value)
@@ -574,6 +599,7 @@ SECTIONS: tuple[tuple[str, type | None, Validator | None], ...] = (
     ("references", ReferencesSection, None),
     ("tune", TuneSection, _check_tune),
     ("tracking", TrackingSection, None),
+    ("decision", DecisionSettings, _check_decision),
     ("fidelity", FidelitySection, None),
 )
 _TOP = (*(f.name for f in fields(TopSection)), *(name for name, _, _ in SECTIONS if name))
@@ -603,4 +629,5 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         dataset=parsed["dataset"], split=parsed["split"], engine=parsed["engine"],
         engine_dict=raw.get("engine", {}), replay=parsed["replay"], metrics=parsed["metrics"],
         ablation=parsed["ablation"], references=parsed["references"], tune=parsed["tune"],
-        tracking=parsed["tracking"], raw=raw, fidelity=parsed["fidelity"])
+        tracking=parsed["tracking"], raw=raw, decision=parsed["decision"],
+        fidelity=parsed["fidelity"])

@@ -103,7 +103,7 @@ ROWS = [
     ("metrics", "names", '["mrr", "mrr"]', 2, r"metrics\.names: \['mrr', 'mrr'\] names a "),
     ("metrics", "primary", '"recall@10"', 2, r"metrics\.primary 'recall@10' must be one of"),
     ("metrics", "bootstrap", "true", 2, r"metrics\.bootstrap: expected int, got True"),
-    ("metrics", "correction", '"bonferroni"', 2, r"metrics\.correction: 'bonferroni' is not"),
+    ("metrics", "correction", '"sidak"', 2, r"metrics\.correction: 'sidak' is not one of "),
     ("metrics", "min_judged_ratio", "2", 2,
      r"metrics\.min_judged_ratio = 2\.0 is out of range: it must be a number in \[0, 1\]"),
     # ablation

@@ -24,14 +24,15 @@ __all__ = ["add_explain_command"]
 DESCRIPTION = """\
 Open one question of a results bundle's test window: for two arms (default: tuned
 against off), the question's change in the primary metric, and for one of its searches
-(the first by default; --search EVENT or --search all) both arms' top 10 side by side.
+(the first by default; --search EVENT or --search all) both arms' top 10, A then B.
 Each row: rank, memory id, label (the grade, or the verdict; unjudged marked), the score
 and its parts (the six weighted terms, added left to right, times the relevance
 multiplier, times the role multiplier where a soft role policy is on), and whether the
-memory was a dense seed or reached through the graph. Under the lists, the question's
-relevant memories that neither list shows and where each arm lost them: not in the pool
-(never a seed, not reached through the graph), not in the store yet, or ranked below 10
-(with the rank). The lists are the bundle's TREC runs (test/runs/ARM.trec).
+memory was a dense seed or reached through the graph. Under the lists, the relevant
+memories only one list shows, then those neither shows, with where each arm lost them:
+not in the pool (never a seed, not reached through the graph), not in the store yet, or
+ranked below 10 of the pool (with the rank). The lists are the bundle's TREC runs
+(test/runs/ARM.trec), the same the report's "Question by question" shows.
 
 RESULTS is a bundle folder of `msprlab run` or `tune` (results/NAME-run-STAMP). Exit
 status: 0 shown; 2 when RESULTS holds no explorer data, or the question, an arm or the
@@ -154,7 +155,8 @@ def add_explain_command(commands: Any) -> None:
                         help="the question's id (as the per-search frames and the report "
                              "name it)")
     parser.add_argument("--arms", nargs=2, metavar=("A", "B"), default=list(DEFAULT_ARMS),
-                        help="the two arms, B against A (default: %(default)s)")
+                        help="the two arms, B against A, of off, on-zero and tuned "
+                             f"(default: {' '.join(DEFAULT_ARMS)}: tuned against off)")
     parser.add_argument("--search", default=None, metavar="EVENT",
                         help="the search to open: its event id, or all (default: the "
                              "question's first test search)")
