@@ -218,12 +218,14 @@ class FidelitySection:
     min_nodes: float = ranged(0.95, 0, 1)  # share of nodes whose relevance and floor match
     min_edges: float = ranged(0.95, 0, 1)  # share of edges with equal weights
     min_deltas: float = ranged(0.99, 0, 1)  # share of verdicts whose delta_applied is applied
+    min_success: float = ranged(0.99, 0, 1)  # share of verdicts whose success row matches
     min_in_top: float = ranged(0.90, 0, 1)  # share of verdicted memories in the replayed top k
     min_ranks: float = ranged(0.80, 0, 1)  # share of recorded ranks (metadata.rank) reproduced
 
     def thresholds(self) -> dict[str, float]:
         return {"nodes": self.min_nodes, "edges": self.min_edges, "deltas": self.min_deltas,
-                "in_top": self.min_in_top, "ranks": self.min_ranks}
+                "success": self.min_success, "in_top": self.min_in_top,
+                "ranks": self.min_ranks}
 
 
 @dataclass(frozen=True)
