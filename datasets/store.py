@@ -125,7 +125,8 @@ def _atomic_database(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
         try:
             yield con
             con.execute("CHECKPOINT")
-        except (duckdb.IOException, duckdb.FatalException) as exc:  # e.g. a full disk
+        # e.g. a full disk: DuckDB says so as an IO error, or as a commit that failed
+        except (duckdb.IOException, duckdb.FatalException, duckdb.TransactionException) as exc:
             raise IngestError(f"--store {path}", f"writing the store failed "
                               f"({_reason(exc)}); nothing was replaced") from None
         finally:

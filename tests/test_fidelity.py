@@ -126,9 +126,9 @@ def test_the_search_can_be_switched_off_and_thresholds_set(world_store, tmp_path
 
 
 @pytest.mark.parametrize(("key", "value", "needle"), [
-    ("min_nodes", "1.5", "fidelity.min_nodes must be in [0, 1], got 1.5"),
+    ("min_nodes", "1.5", "fidelity.min_nodes = 1.5 is out of range: it must be a number in [0, 1]"),
     ("on_fail", '"ignore"', "fidelity.on_fail: 'ignore' is not one of stop, warn"),
-    ("tolerance", "-1", "fidelity.tolerance must be in [0, 1]"),
+    ("tolerance", "-1", "fidelity.tolerance = -1.0 is out of range"),
     ("bogus", "1", "fidelity: unknown key 'bogus'"),
 ])
 def test_a_bad_fidelity_setting_is_refused(tmp_path, key, value, needle):
