@@ -12,8 +12,8 @@ from rich.table import Table
 from .measures.metrics import parse_metric
 
 __all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "family_caption", "fmt",
-           "funnel_group_table", "funnel_table", "judged_shares", "ladder_table", "reference_table",
-           "side_effect_table", "summary_table"]
+           "funnel_group_table", "funnel_table", "judged_shares", "ladder_table", "mean_caption",
+           "reference_table", "side_effect_table", "summary_table"]
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -27,6 +27,25 @@ def _p(value: float | None) -> str:
     if value is None or math.isnan(value):
         return "–"
     return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _mean_cell(r: Mapping[str, object]) -> str:
+    """A mean with its bootstrap CI."""
+    return f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"  # type: ignore[arg-type]
+
+
+def mean_caption(rows: pl.DataFrame) -> str:
+    """What the `mean [95% CI]` cells of `rows` (summary rows) are: the bootstrap, its
+    resamples, and the largest Monte Carlo error of their bounds (stated once, not per
+    cell: at 10,000 resamples it is about 0.0006 per query and 0.002 per search)."""
+    if not rows.height:
+        return ""
+    methods = "; ".join(rows.get_column("ci_method").unique(maintain_order=True).to_list())
+    errors = (rows.get_column("ci_mc_error").drop_nans().drop_nulls()
+              if "ci_mc_error" in rows.columns else pl.Series([], dtype=pl.Float64))
+    worst = (f"; the bounds' Monte Carlo error is at most {float(errors.max()):.4f}"  # type: ignore[arg-type]
+             if errors.len() else "")
+    return f"mean [95% CI]: {methods}, each arm its own resample stream{worst}"
 
 
 def family_caption(comparison: pl.DataFrame) -> str:
@@ -196,6 +215,8 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
                             pl.col("unit") == unit) if comparison.height else comparison
     shares = {} if judged is None else judged_shares(summary, judged, unit,
                                                      ratio=min_judged_ratio)
+    rows = summary.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
+                          pl.col("unit") == unit)
     judged_caption = "" if judged is None else (
         f"; {judged}: judged share of the top {parse_metric(judged).k} (verdicts exist only for "
         f"memories the logging ranker showed, so the labels favour it); not assessable: a "
@@ -206,15 +227,13 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
         "alone, the rollout's reference); Δ on-zero: against MSPR on at zero new weights "
         "(what recording verdicts and accesses does by itself is the difference between the "
         "two); " + (family_caption(cmp) if cmp.height else "no comparison") +
-        " (n.t.: not tested); mean [95% CI]: percentile bootstrap over queries; match: "
+        " (n.t.: not tested); " + mean_caption(rows) + "; match: "
         "share of evaluated rankings equal to the logged one (the rest see frozen feedback "
         "that is counterfactual for them)" + judged_caption), caption_justify="left")
     columns = ["arm", "n", "mean [95% CI]", "Δ off [CI]", "p (adj)", "Δ on-zero [CI]",
                "p (adj) ", "match"] + ([judged] if judged else [])
     for column in columns:
         table.add_column(column, justify="left" if column == "arm" else "right", no_wrap=True)
-    rows = summary.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
-                          pl.col("unit") == unit)
     rates = {r["arm"]: r for r in match.iter_rows(named=True)}
 
     def delta(reference: str, arm: str) -> dict | None:
@@ -227,8 +246,7 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
         m = rates.get(r["arm"])
         share = shares.get(r["arm"])
         name = r["arm"] if share is None or share[1] else f"{r['arm']} (not assessable)"
-        table.add_row(name, f"{r['n']:,}",
-                      f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+        table.add_row(name, f"{r['n']:,}", _mean_cell(r),
                       *_delta_cell(delta("off", r["arm"])),
                       *_delta_cell(delta("on-zero", r["arm"])),
                       f"{m['rate']:.1%}" if m and m["logged"] else "–",
@@ -242,12 +260,13 @@ def reference_table(summary: pl.DataFrame, comparison: pl.DataFrame, *, metric: 
     """One row per reference ranker and unit, overall: its mean with a CI, n, its delta
     against `off` with a CI and Holm-adjusted t-test p, and what ranking every search cost;
     `labels` (name -> how it ranks) make the caption."""
+    overall = (pl.col("metric") == metric) & (pl.col("group_by") == "overall")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=(
         "references, not arms: not tuned, same searches, qrels and visibility (the query "
         "owner's memories that exist at search time) as the ladder; n: queries or searches "
         "with a relevant memory; Δ off: reference minus off (MSPR disabled), paired; "
-        + family_caption(comparison.filter(
-            (pl.col("metric") == metric) & (pl.col("group_by") == "overall"))) +
+        + family_caption(comparison.filter(overall)) + "; "
+        + mean_caption(summary.filter(overall)) +
         "; seconds: ranking every search, indexing included. "
         + "; ".join(f"{name}: {label}" for name, label in labels.items())),
         caption_justify="left")
@@ -255,11 +274,9 @@ def reference_table(summary: pl.DataFrame, comparison: pl.DataFrame, *, metric: 
                    "seconds"):
         table.add_column(column, justify="left" if column in ("reference", "unit") else "right",
                          no_wrap=True)
-    overall = (pl.col("metric") == metric) & (pl.col("group_by") == "overall")
     deltas = {(r["arm"], r["unit"]): r for r in comparison.filter(overall).iter_rows(named=True)}
     for r in summary.filter(overall).iter_rows(named=True):
-        table.add_row(r["arm"], f"per {r['unit']}", f"{r['n']:,}",
-                      f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+        table.add_row(r["arm"], f"per {r['unit']}", f"{r['n']:,}", _mean_cell(r),
                       *_delta_cell(deltas.get((r["arm"], r["unit"]))),
                       f"{seconds[r['arm']]:.2f}")
     return table

@@ -87,7 +87,7 @@ class ReplaySection:
 class MetricsSection:
     names: tuple[str, ...] = ("ndcg@10", "recall@10", "mrr")
     primary: str = "ndcg@10"
-    bootstrap: int = 1000
+    bootstrap: int = 10_000  # resamples per bootstrap CI of a mean (stats.aggregate)
     min_support: int = 30
     # The exploratory rows' correction, within each breakdown: "bonferroni" pairs each CI
     # with its adjusted p (compare.py); "holm" and "bh" adjust p only.
@@ -372,6 +372,10 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         raise ExperimentError(f"metrics.primary {metrics.primary!r} must be one of "
                               f"metrics.names {list(metrics.names)}")
     _choice("metrics.correction", metrics.correction, CORRECTIONS)
+    if metrics.bootstrap < 1 or metrics.min_support < 0:
+        raise ExperimentError(f"metrics.bootstrap must be >= 1 (resamples per CI; 10000 by "
+                              f"default) and metrics.min_support >= 0, got "
+                              f"{metrics.bootstrap} and {metrics.min_support}")
     if not 0.0 <= metrics.min_judged_ratio <= 1.0:
         raise ExperimentError(f"metrics.min_judged_ratio must be in [0, 1], got "
                               f"{metrics.min_judged_ratio}")

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from msprlab.experiments import bundle as layout
+from msprlab.experiments.console_tables import mean_caption
 from msprlab.experiments.decision.render import HEADER as DECISION_HEADER
 from msprlab.experiments.decision.render import caption as decision_caption
 from msprlab.experiments.decision.render import cells as decision_cells
@@ -120,8 +121,8 @@ def _means(summary: pl.DataFrame, metrics: list[str]) -> dict[str, Any]:
                  if (r := mine.get(m)) is not None else "–" for m in metrics]
         rows.append({"arm": arm, "n": fmt(next(iter(mine.values()))["n"]) if mine else "–",
                      "cells": cells})
-    method = summary.get_column("ci_method").unique(maintain_order=True).to_list()
-    return {"metrics": metrics, "rows": rows, "method": ", ".join(method)}
+    return {"metrics": metrics, "rows": rows,
+            "method": mean_caption(overall).removeprefix("mean [95% CI]: ")}
 
 
 def _frame_rows(frame: pl.DataFrame) -> dict[str, Any]:

@@ -89,6 +89,8 @@ def test_shipped_definitions_load() -> None:
     ("[decision]\nguardrails = ['seen']\n", "decision.guardrails: 'seen' is not one of"),
     ("[decision]\nmetric = 'map'\n", "decision.metric 'map' must be one of metrics.names"),
     ("[decision]\nalpha = 'low'\n", "decision.alpha: expected float"),
+    ("[metrics]\nbootstrap = 0\n", "metrics.bootstrap must be >= 1 (resamples per CI"),
+    ("[metrics]\nmin_support = -3\n", "metrics.min_support >= 0, got 10000 and -3"),
 ])
 def test_bad_definitions_name_the_key(tmp_path, text, message) -> None:
     path = tmp_path / "bad.toml"
