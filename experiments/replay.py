@@ -262,10 +262,15 @@ class CandidateTable:
     @staticmethod
     def load(folder: Path) -> CandidateTable:
         folder = Path(folder)
-        return CandidateTable(pl.read_parquet(folder / "searches.parquet"),
-                              pl.read_parquet(folder / "candidates.parquet"),
-                              pl.read_parquet(folder / "qrels.parquet"),
-                              json.loads((folder / "meta.json").read_text(encoding="utf-8")))
+        try:
+            return CandidateTable(pl.read_parquet(folder / "searches.parquet"),
+                                  pl.read_parquet(folder / "candidates.parquet"),
+                                  pl.read_parquet(folder / "qrels.parquet"),
+                                  json.loads((folder / "meta.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, pl.exceptions.PolarsError) as exc:  # JSON: a ValueError
+            raise ExperimentError(f"{folder}: a cached replay that cannot be read "
+                                  f"({type(exc).__name__}: {str(exc).splitlines()[0]}); delete "
+                                  "the folder and the replay is run again") from None
 
 
 def code_digest() -> str:

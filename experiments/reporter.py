@@ -316,7 +316,8 @@ class Reporter:
                                   for r in audit.frame.iter_rows(named=True)})
             match = {r["arm"]: r for r in result.match.iter_rows(named=True)}
             for name, arm in result.arms.items():
-                kind = "side-effect" if name in ablation.effects else "ladder"
+                effect = name in ablation.effects
+                kind = "side-effect" if effect else "ladder"
                 with self.tracker.child(f"arm:{name}", tags={"msprlab.arm": name,
                                                              "msprlab.arm_kind": kind,
                                                              "msprlab.window": "test"}):
@@ -326,8 +327,10 @@ class Reporter:
                                          **{f"switch.{k}": v for k, v in
                                             switches(result.configs[name]).items()}})
                     self.tracker.metrics({
-                        **_arm_metrics(result.summary, name),
-                        **_arm_metrics(ablation.funnel, name, stem=("funnel",), sizes=False),
+                        **_arm_metrics(result.effects_summary if effect else result.summary,
+                                       name),
+                        **_arm_metrics(ablation.effects_funnel if effect else ablation.funnel,
+                                       name, stem=("funnel",), sizes=False),
                         "match/matched": match[name]["matched"],
                         "match/logged": match[name]["logged"],
                         "match/rate": match[name]["rate"]})

@@ -79,12 +79,26 @@ def _optimize(plan: Plan, n_trials: int, *, study: optuna.Study | None = None,
             # The remaining trials all run: wait for them. Each try fails (and queues again)
             # those whose worker stopped beating first (Optuna's `_run_trial`).
             time.sleep(_WAIT_SECONDS)
-        except optuna.exceptions.UpdateFinishedTrialError:
+        except Exception as exc:
+            if not failed_elsewhere(exc):
+                raise
             # This process missed its heartbeats for the grace period (stopped, starved):
             # another worker failed its trial and queued it again. It goes on with the next.
             warnings.warn("tune: a trial of this process was failed by another worker "
                           "(no heartbeat within the grace period) and queued again; going "
                           "on", stacklevel=1)
+
+
+def failed_elsewhere(exc: BaseException) -> bool:
+    """Whether `study.optimize` raised because another worker failed this process's trial
+    while it ran (its heartbeat lapsed): Optuna's UpdateFinishedTrialError, or what Optuna 5's
+    `_run_trial` raises instead when it tells the result, its own `assert False, "Should not
+    reach."` over the ValueError "Cannot tell a FAIL trial." (optuna/optuna#5470)."""
+    if isinstance(exc, optuna.exceptions.UpdateFinishedTrialError):
+        return True
+    told = exc.__context__
+    return (isinstance(exc, AssertionError) and isinstance(told, ValueError)
+            and str(told) == "Cannot tell a FAIL trial.")
 
 
 def _worker(plan: Plan, n_trials: int) -> None:
