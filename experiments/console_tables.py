@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import polars as pl
 from rich import box
 from rich.table import Table
 
+from .measures.compare import families_caption
 from .measures.metrics import parse_metric
 
 __all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "family_caption", "fmt",
@@ -27,6 +28,15 @@ def _p(value: float | None) -> str:
     if value is None or math.isnan(value):
         return "–"
     return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+CONFIRMATORY_MARK = "C"  # a row with the decision table's figures (`decision.detail`)
+
+
+def _p_cell(r: Mapping[str, object]) -> str:
+    """A row's adjusted p (n.t.: not tested), marked C where it is a confirmatory row."""
+    text = _p(r["p_t_adj"]) if r.get("tested", True) else "n.t."  # type: ignore[arg-type]
+    return f"{text} {CONFIRMATORY_MARK}" if r.get("confirmatory") else text
 
 
 def _mean_cell(r: Mapping[str, object]) -> str:
@@ -48,14 +58,15 @@ def mean_caption(rows: pl.DataFrame) -> str:
     return f"mean [95% CI]: {methods}, each arm its own resample stream{worst}"
 
 
-def family_caption(comparison: pl.DataFrame) -> str:
-    """The correction statements of a comparison's rows (each breakdown's family, its size,
-    the interval's level), one per distinct breakdown, and the test."""
+def family_caption(comparison: pl.DataFrame,
+                   name: Callable[[Mapping[str, object]], str] | None = None) -> str:
+    """The families of a comparison's rows, said once (`compare.families_caption`: the
+    confirmatory rows marked C, the exploratory families' method and sizes), and the
+    test(s)."""
     if not comparison.height:
         return ""
-    labels = comparison.get_column("correction").unique(maintain_order=True).to_list()
     tests = comparison.get_column("t_test").unique(maintain_order=True).to_list()
-    return "; ".join([*labels, *(f"test: {t}" for t in tests)])
+    return "; ".join([families_caption(comparison, name), *(f"test: {t}" for t in tests)])
 
 
 def _arm_and_group(r: Mapping[str, object], previous: object) -> tuple[str, str]:
@@ -90,9 +101,16 @@ def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
         previous = r["arm"]
         table.add_row(arm, group, f"{r['n']:,}", fmt(r["mean_base"]), fmt(r["mean_arm"]),
                       f"{r['delta']:+.4f}" if not math.isnan(r["delta"]) else "–",
-                      f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
-                      _p(r["p_t_adj"]) if r.get("tested", True) else "n.t.")
+                      _ci(r), _p_cell(r))
     return table
+
+
+def _ci(r: Mapping[str, object]) -> str:
+    """A delta's interval, signed like the delta."""
+    low, high = r["ci_low"], r["ci_high"]
+    if not isinstance(low, float) or not isinstance(high, float) or math.isnan(low):
+        return "[–, –]"
+    return f"[{low:+.4f}, {high:+.4f}]"
 
 
 def summary_table(summary: pl.DataFrame, *, metric: str, title: str) -> Table:
@@ -128,10 +146,9 @@ def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
     groups = rows.select("group_by", "group", "n").unique(["group_by", "group"],
                                                              maintain_order=True)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                  caption=f"EXPLORATORY. +/- : CI excludes 0;  * : adjusted p < {alpha};  n: "
-                          "queries with a relevant memory; "
-                          "groups under the minimum support in italics (not tested)"
-                          + (f";  {family}" if family else ""),
+                  caption=f"+/-: CI excludes 0; *: adjusted p < {alpha}; n: queries with a "
+                          "relevant memory; groups under the minimum support in italics (not "
+                          "tested)" + (f"; {family}" if family else ""),
                   caption_justify="left")
     table.add_column("arm", no_wrap=True)
     for r in groups.iter_rows(named=True):
@@ -154,6 +171,8 @@ def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
                 mark += "-"
             if r["p_t_adj"] == r["p_t_adj"] and r["p_t_adj"] < alpha:
                 mark += "*"
+            if r.get("confirmatory"):
+                mark += f" {CONFIRMATORY_MARK}"
             text = f"{r['delta']:+.4f}{mark}"
             cells.append(f"[italic]{text}[/italic]" if r["low_support"] else text)
         table.add_row(arm, *cells)
@@ -185,8 +204,7 @@ def _delta_cell(r: dict | None) -> tuple[str, str]:
     """(delta with its CI, adjusted t-test p) of one comparison row."""
     if r is None or r["delta"] is None or math.isnan(r["delta"]):
         return "–", "–"
-    return (f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]",
-            _p(r["p_t_adj"]) if r.get("tested", True) else "n.t.")
+    return f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", _p_cell(r)
 
 
 def judged_shares(summary: pl.DataFrame, judged: str, unit: str, *, ratio: float
@@ -226,7 +244,8 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
         f"n: {n_label} with a relevant memory; Δ off: against MSPR off (the context graph "
         "alone, the rollout's reference); Δ on-zero: against MSPR on at zero new weights "
         "(what recording verdicts and accesses does by itself is the difference between the "
-        "two); " + (family_caption(cmp) if cmp.height else "no comparison") +
+        "two); " + (family_caption(cmp, lambda r: f"Δ {r['reference']}")
+                    if cmp.height else "no comparison") +
         " (n.t.: not tested); " + mean_caption(rows) + "; match: "
         "share of evaluated rankings equal to the logged one (the rest see frozen feedback "
         "that is counterfactual for them)" + judged_caption), caption_justify="left")
