@@ -242,6 +242,13 @@ class TuneSection:
     # without one before another worker fails the trial and runs it again.
     heartbeat: int = ranged(10, low=1)
     heartbeat_grace: int = ranged(30, low=2)
+    # The ranking settings searched beside the weights, in a study of its own (the
+    # configuration search, `variants.space`): its trial target and how trials are grouped
+    # (`tune.configuration`). Empty: no configuration search.
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    config_trials: int = ranged(100, low=1)
+    points_per_state: int = ranged(4, low=1, high=64)
+    trials_per_point: int = ranged(4, low=1, high=1000)
 
 
 @dataclass(frozen=True)
@@ -527,6 +534,14 @@ def _check_tune(tune: TuneSection, parsed: dict[str, Any]) -> TuneSection:
     names, labels = parsed["metrics"].names, tuple(label.value for label in INTENTS)
     objectives = []
     for objective in tune.objectives:
+        if objective == "cost":  # the engine's time per search: a configuration's
+            if not tune.settings:
+                raise ExperimentError("tune.objectives: \"cost\" (the engine's time per "
+                                      "search) differs between configurations, not between "
+                                      "weights: search settings beside the weights "
+                                      "([tune.settings]) or remove it")
+            objectives.append(objective)
+            continue
         parts = objective.split("/")
         if not (len(parts) == 1 or (len(parts) == 3 and parts[1] == "intent")):
             raise ExperimentError(f"tune.objectives: {objective!r}; use METRIC or "
@@ -555,7 +570,21 @@ def _check_tune(tune: TuneSection, parsed: dict[str, Any]) -> TuneSection:
         raise ExperimentError(f"tune.heartbeat and tune.heartbeat_grace: `1 <= heartbeat < "
                               f"heartbeat_grace` (seconds) must hold, but got "
                               f"{tune.heartbeat} and {tune.heartbeat_grace}")
+    _settings_search(tune, parsed["engine"], parsed["replay"])
     return replace(tune, objectives=tuple(objectives))
+
+
+def _settings_search(tune: TuneSection, engine: EngineConfig, replay: ReplaySection) -> None:
+    """`[tune.settings]`, checked before any work (`variants.space`): every value one the
+    library accepts, the configured value among them, a setting that can act."""
+    if not tune.settings:
+        return
+    from .variants.space import parse_settings
+    if replay.frequency != "logged":
+        raise ExperimentError("tune.settings: a configuration search scores many settings "
+                              "from tables replayed with the log's access counts; set "
+                              "replay.frequency = \"logged\"")
+    parse_settings(tune.settings, engine, limit=replay.limit or None)
 
 
 def _check_decision(settings: DecisionSettings, parsed: dict[str, Any]) -> DecisionSettings:

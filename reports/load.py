@@ -48,6 +48,8 @@ from msprlab.experiments.bundle import (
 )
 from msprlab.experiments.explore.questions import ExploreData, ExploreError, load_explore
 
+from .configuration import load_config
+
 __all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "DECISION_COLUMNS", "FUNNEL_METRICS",
            "FUNNEL_SUMMARY_COLUMNS", "PARTS", "SUMMARY_COLUMNS", "BundleError", "Results",
            "load_bundle"]
@@ -138,6 +140,7 @@ class Results:
     missing: tuple[str, ...] = ()
     # The per-query explorer's files (`experiments.explore`), when the bundle has them.
     explore: ExploreData | None = None
+    config: Any = None  # `configuration.ConfigPart`: a configuration search's part, or None
 
 
 def _json(path: Path) -> Any:
@@ -275,7 +278,8 @@ def load_bundle(folder: Path | str) -> Results:
         audit=frame(ISOLATION_AUDIT, AUDIT_COLUMNS),
         funnel=_funnel(*funnels.values()),
         missing=tuple(p for p in PARTS if p not in present),
-        explore=_explore(folder))
+        explore=_explore(folder),
+        config=load_config(folder, _frame, _json, _funnel_wide))
 
 
 def _explore(folder: Path) -> ExploreData | None:
