@@ -9,6 +9,7 @@ import polars as pl
 from rich import box
 from rich.table import Table
 
+from .decision.detail import mark
 from .measures.compare import families_caption
 from .measures.metrics import parse_metric
 
@@ -30,13 +31,11 @@ def _p(value: float | None) -> str:
     return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
-CONFIRMATORY_MARK = "C"  # a row with the decision table's figures (`decision.detail`)
-
-
 def _p_cell(r: Mapping[str, object]) -> str:
-    """A row's adjusted p (n.t.: not tested), marked C where it is a confirmatory row."""
+    """A row's adjusted p (n.t.: not tested), marked where it shows a verdict row's figures
+    (C: the confirmatory family's, V: the per-intent verdicts', `decision.detail`)."""
     text = _p(r["p_t_adj"]) if r.get("tested", True) else "n.t."  # type: ignore[arg-type]
-    return f"{text} {CONFIRMATORY_MARK}" if r.get("confirmatory") else text
+    return f"{text} {mark(r)}" if mark(r) else text
 
 
 def _mean_cell(r: Mapping[str, object]) -> str:
@@ -44,18 +43,33 @@ def _mean_cell(r: Mapping[str, object]) -> str:
     return f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"  # type: ignore[arg-type]
 
 
+MC_ERROR_SHOWN = 0.0005  # a mean CI's Monte Carlo error is printed where it exceeds this
+
+
 def mean_caption(rows: pl.DataFrame) -> str:
     """What the `mean [95% CI]` cells of `rows` (summary rows) are: the bootstrap, its
-    resamples, and the largest Monte Carlo error of their bounds (stated once, not per
-    cell: at 10,000 resamples it is about 0.0006 per query and 0.002 per search)."""
+    resamples, and the Monte Carlo error of their bounds (`stats.mc_error`) for each cell
+    where it exceeds `MC_ERROR_SHOWN` (at 10,000 resamples about 0.0006 per query and 0.002
+    per search on LoCoMo), else that none does."""
     if not rows.height:
         return ""
     methods = "; ".join(rows.get_column("ci_method").unique(maintain_order=True).to_list())
-    errors = (rows.get_column("ci_mc_error").drop_nans().drop_nulls()
-              if "ci_mc_error" in rows.columns else pl.Series([], dtype=pl.Float64))
-    worst = (f"; the bounds' Monte Carlo error is at most {float(errors.max()):.4f}"  # type: ignore[arg-type]
-             if errors.len() else "")
-    return f"mean [95% CI]: {methods}, each arm its own resample stream{worst}"
+    text = f"mean [95% CI]: {methods}, each arm its own resample stream"
+    if "ci_mc_error" not in rows.columns:
+        return text
+    errors = rows.filter(pl.col("ci_mc_error").is_not_nan() & pl.col("ci_mc_error").is_not_null())
+    over = errors.filter(pl.col("ci_mc_error") > MC_ERROR_SHOWN)
+    if not over.height:
+        return (text + f"; the bounds' Monte Carlo error is at most {MC_ERROR_SHOWN:g}"
+                if errors.height else text)
+    units = "unit" in rows.columns and rows.get_column("unit").n_unique() > 1
+    named = ", ".join(
+        (f"{r['arm']}" if "arm" in over.columns else "") + (f" per {r['unit']}" if units else "")
+        + f" {r['ci_mc_error']:.4f}" for r in over.iter_rows(named=True))
+    rest = errors.height - over.height
+    return (text + f"; the bounds' Monte Carlo error (one standard error), where above "
+            f"{MC_ERROR_SHOWN:g}: {named.strip()}"
+            + (f" (the other {rest} at most {MC_ERROR_SHOWN:g})" if rest else ""))
 
 
 def family_caption(comparison: pl.DataFrame,
@@ -164,16 +178,16 @@ def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
                 cells.append("–")
                 continue
             r = hit.row(0, named=True)
-            mark = ""
+            signs = ""
             if r["ci_low"] > 0:
-                mark += "+"
+                signs += "+"
             elif r["ci_high"] < 0:
-                mark += "-"
+                signs += "-"
             if r["p_t_adj"] == r["p_t_adj"] and r["p_t_adj"] < alpha:
-                mark += "*"
-            if r.get("confirmatory"):
-                mark += f" {CONFIRMATORY_MARK}"
-            text = f"{r['delta']:+.4f}{mark}"
+                signs += "*"
+            if shown := mark(r):
+                signs += f" {shown}"
+            text = f"{r['delta']:+.4f}{signs}"
             cells.append(f"[italic]{text}[/italic]" if r["low_support"] else text)
         table.add_row(arm, *cells)
     return table

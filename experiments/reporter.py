@@ -13,7 +13,6 @@ metrics) goes through callbacks the reporter supplies: `progress` and `study_run
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -91,8 +90,9 @@ from .console_tables import (
     reference_table,
     side_effect_table,
 )
+from .decision.answer import console_lines
 from .decision.detail import with_confirmatory
-from .decision.render import answer, caption, console_table, exploratory_caption
+from .decision.render import caption, console_table, exploratory_caption
 from .errors import redact_url
 from .experiment_config import ExperimentConfig, judged_metric
 from .measures.metrics import parse_metric
@@ -110,8 +110,6 @@ from .tracking import Tracker, engine_params, flatten, git_commit, metric_key
 from .variants.console import decision_table, settings_table, walks_line
 
 __all__ = ["Reporter"]
-
-ANSWER_WIDTH = 120  # the answer under the verdict table, wrapped for a terminal
 
 
 @dataclass(frozen=True)
@@ -137,22 +135,13 @@ class Reporter:
     def _note(self, note: str) -> None:
         self._print(f"[yellow]note:[/yellow] {note}")
 
-    def _also_by_intent(self, candidate: str) -> str:
-        """Where the per-intent verdicts hold `candidate`'s intent rows too: a family of
-        their own, so a wider interval there ("" when they do not)."""
-        by_intent = self.decided[-1].by_intent if self.decided else pl.DataFrame()
-        if not by_intent.height or candidate not in by_intent["candidate"].to_list():
-            return ""
-        m = int(by_intent["family_size"][0])
-        return (f"; the intent rows are also in the per-intent verdicts, whose family holds "
-                f"{m} rows (so wider intervals there)")
-
     def _confirmed(self, comparison: pl.DataFrame, *, flipped: bool = False) -> pl.DataFrame:
-        """A comparison whose confirmatory rows carry the verdicts' figures, marked, and
-        whose exploratory families leave them out (`decision.detail`)."""
-        cfg = self.cfg
-        return with_confirmatory(comparison,
-                                 self.decided[-1].confirmatory if self.decided else None,
+        """A comparison whose rows that a verdict row answers carry its figures, marked (C:
+        confirmatory, V: the per-intent verdicts), and whose exploratory families leave them
+        out (`decision.detail`)."""
+        cfg, decided = self.cfg, self.decided[-1] if self.decided else None
+        return with_confirmatory(comparison, decided.confirmatory if decided else None,
+                                 by_intent=decided.by_intent if decided else None,
                                  alpha=cfg.decision.alpha, correction=cfg.metrics.correction,
                                  min_support=cfg.metrics.min_support, flipped=flipped)
 
@@ -270,11 +259,10 @@ class Reporter:
                          f"{s.unit}, confirmatory); labels: {labels}",
             caption_text=caption(table, min_support=self.cfg.metrics.min_support,
                                  labels=labels)))
-        for i, line in enumerate(answer(table, notes=decision.notes,
-                                        recommended=decision.recommended.to_dicts(),
-                                        snippet=SNIPPET if decision.snippet else "")):
-            self._print(escape(textwrap.fill(line, ANSWER_WIDTH, initial_indent="  " if i else "",
-                                             subsequent_indent="    " if i else "  ")))
+        for line in console_lines(table, notes=decision.notes, snippet=SNIPPET if
+                                  decision.snippet else "",
+                                  recommended=decision.recommended.to_dicts()):
+            self._print(line)
         if decision.by_intent.height:
             self.console.print(console_table(
                 decision.by_intent, title=f"EXPLORATORY: the same verdicts per intent group "
@@ -333,8 +321,7 @@ class Reporter:
                     part, metric=primary, title=f"ablation, test window: {primary} change "
                     f"against off (MSPR disabled), per query, by {group_by.replace('_', ' ')}; "
                     f"labels: {labels}",
-                    family=family_caption(part.filter(pl.col("metric") == primary))
-                    + (self._also_by_intent("on-zero") if group_by == "intent" else "")))
+                    family=family_caption(part.filter(pl.col("metric") == primary))))
         if result.side_effects.height:
             self.console.print(side_effect_table(
                 self._confirmed(result.side_effects, flipped=True), metric=primary,
@@ -597,7 +584,6 @@ class Reporter:
         cfg, labels = self.cfg, prepared.labels.shown
         primary = cfg.metrics.primary
         comparison, summary = self._confirmed(held.comparison), held.summary
-        s_ref = self.decided[-1].settings.reference if self.decided else "off"
         for ref in held.references:
             what = ("off (MSPR disabled: the context graph alone)" if ref == "off"
                     else "on-zero (MSPR on, new weights at 0)")
@@ -611,9 +597,7 @@ class Reporter:
                 title=f"test window{'' if marked else ', exploratory'}: tuned weights against "
                       f"{what}, {primary}, per query (n = distinct questions; seen = asked in "
                       f"the train window too; * = below min support); labels: {labels}",
-                caption=family_caption(shown)
-                + (self._also_by_intent("tuned") if "intent" in groups and ref == s_ref
-                   else "")))
+                caption=family_caption(shown)))
         per_search = comparison.filter(pl.col("unit") == "search",
                                        pl.col("group_by").is_in(["overall", "seen"]))
         self.console.print(comparison_table(

@@ -16,8 +16,8 @@ from typing import Any
 import polars as pl
 
 from msprlab.experiments.bundle import SNIPPET
-from msprlab.experiments.console_tables import CONFIRMATORY_MARK
-from msprlab.experiments.decision.render import answer
+from msprlab.experiments.decision.answer import answer
+from msprlab.experiments.decision.detail import mark
 from msprlab.experiments.measures.compare import families_caption
 
 __all__ = ["ALPHA", "FUNNEL_HEADER", "LOW_SUPPORT_MARK", "ComparisonRow", "comparison_rows",
@@ -99,7 +99,7 @@ class ComparisonRow:
     p_t: str
     significant: str
     direction: int  # +1 / -1 where a test rejects and the delta has that sign, else 0
-    confirmatory: bool = False  # the decision table's figures (p marked C)
+    confirmatory: bool = False  # a verdict table's figures (p marked C or V)
 
     @property
     def label(self) -> str:
@@ -129,7 +129,7 @@ def comparison_rows(comparison: pl.DataFrame, metric: str,
             n_no_relevant=fmt(r["n_no_relevant"]), mean_base=fmt(r["mean_base"]),
             mean_arm=fmt(r["mean_arm"]), delta=fmt_delta(r["delta"]),
             ci=fmt_ci(r["ci_low"], r["ci_high"], signed=True),
-            p_t=fmt_p(r["p_t_adj"]) + (f" {CONFIRMATORY_MARK}" if confirmatory else ""),
+            p_t=fmt_p(r["p_t_adj"]) + (f" {mark(r)}" if confirmatory else ""),
             significant=marks, direction=direction, confirmatory=confirmatory))
     return rows
 
@@ -180,21 +180,19 @@ def explain(labels: str) -> str:
 
 
 def decision_answer(results: Any) -> list[str]:
-    """The plain-language answer under the verdict table (`decision.render.answer`), from a
-    bundle's verdicts and recommendation: the same lines the console printed."""
+    """The plain-language answer under the verdict table (`decision.answer`), from a
+    bundle's verdicts: the same sentences the console printed."""
     if results.decision is None:
         return []
     notes = results.decision_notes or {}
-    return answer(results.decision, notes=notes.get("notes") or [],
-                  recommended=notes.get("recommended") or [],
-                  snippet=SNIPPET if notes.get("snippet") else "")
+    return answer(results.decision, snippet=SNIPPET if notes.get("snippet") else "")
 
 
 def p_cell(r: dict[str, Any]) -> str:
-    """A comparison row's adjusted p ("n.t.": not tested), marked C where the row is a
-    confirmatory question shown with the decision table's figures."""
+    """A comparison row's adjusted p ("n.t.": not tested), marked where the row shows a
+    verdict row's figures (C: confirmatory, V: the per-intent verdicts, `decision.detail`)."""
     text = fmt_p(r.get("p_t_adj")) if r.get("tested", True) else "n.t."
-    return f"{text} {CONFIRMATORY_MARK}" if r.get("confirmatory") else text
+    return f"{text} {mark(r)}" if mark(r) else text
 
 
 def side_effect_rows(effects: pl.DataFrame, metric: str) -> list[dict[str, str]]:

@@ -17,7 +17,9 @@ from typing import Any
 import polars as pl
 
 from msprlab.experiments import bundle as layout
-from msprlab.experiments.console_tables import CONFIRMATORY_MARK, mean_caption
+from msprlab.experiments.console_tables import mean_caption
+from msprlab.experiments.decision.answer import HEADING as ANSWER_HEADING
+from msprlab.experiments.decision.detail import mark
 from msprlab.experiments.decision.render import HEADER as DECISION_HEADER
 from msprlab.experiments.decision.render import caption as decision_caption
 from msprlab.experiments.decision.render import cells as decision_cells
@@ -101,9 +103,8 @@ def _matrix(comparison: pl.DataFrame, metric: str, group_by: str) -> dict[str, A
             css = [] if not marks or not r["delta"] else ["up" if r["delta"] > 0 else "down"]
             if r["low_support"]:
                 css.append("low")
-            mark = (" *" if marks else "") + (f" {CONFIRMATORY_MARK}" if r.get("confirmatory")
-                                              else "")
-            line.append({"text": fmt_delta(r["delta"]) + mark,
+            suffix = (" *" if marks else "") + (f" {mark(r)}" if mark(r) else "")
+            line.append({"text": fmt_delta(r["delta"]) + suffix,
                          "title": f"CI {fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
                                   f"p (adj) {fmt_p(r['p_t_adj'])}",
                          "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
@@ -293,12 +294,17 @@ def _decision(results: Results, min_support: object) -> dict[str, Any] | None:
     labels = label_source(results.provenance)
     support = int(min_support) if isinstance(min_support, int) else 30
     by_intent = results.decision_by_intent
+    notes = results.decision_notes or {}
     return {"header": list(DECISION_HEADER), "rows": decision_cells(results.decision),
             "caption": decision_caption(results.decision, min_support=support, labels=labels),
             "intent_rows": decision_cells(by_intent) if by_intent is not None else [],
             "intent_caption": exploratory_caption(by_intent, labels=labels)
             if by_intent is not None and by_intent.height else "",
-            "answer": decision_answer(results)}
+            "answer": decision_answer(results), "answer_heading": ANSWER_HEADING,
+            "notes": list(notes.get("notes") or []),
+            "recommended": [f"against {r['reference']}: Δ {fmt_delta(r['delta'])} "
+                            f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)} ({r['note']})"
+                            for r in notes.get("recommended") or []]}
 
 
 def _glance(results: Results, primary: str | None, view: StudyView) -> list[str]:
@@ -333,7 +339,7 @@ def _glance(results: Results, primary: str | None, view: StudyView) -> list[str]
                          f"{fmt_delta(r['delta'])} (CI "
                          f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}"
                          + (f" at {r['ci_level']:.2%}" if r.get("ci_level") else "")
-                         + (", confirmatory" if r.get("confirmatory") else ", exploratory")
+                         + (", confirmatory" if mark(r) == "C" else ", exploratory")
                          + ").")
     if view.counts:
         total = sum(view.counts.values())

@@ -21,7 +21,8 @@ from msprlab.experiments.bundle import (
     TEST_COMPARISON,
     TEST_FUNNEL,
 )
-from msprlab.experiments.console_tables import CONFIRMATORY_MARK
+from msprlab.experiments.decision.answer import HEADING as ANSWER_HEADING
+from msprlab.experiments.decision.detail import MARKS, mark
 from msprlab.experiments.decision.render import HEADER as DECISION_HEADER
 from msprlab.experiments.decision.render import caption as decision_caption
 from msprlab.experiments.decision.render import cells as decision_cells
@@ -73,8 +74,10 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
 def _legend(comparison: pl.DataFrame, min_support: object) -> list[str]:
     floor = f"{min_support} " if min_support is not None else "the minimum support of "
     return [f"{LOW_SUPPORT_MARK}: fewer than {floor}queries with a relevant memory in the "
-            f"group: read with care. {CONFIRMATORY_MARK} (beside p): a confirmatory row, with "
-            "the decision table's figures; the other rows are exploratory. Significant = the "
+            f"group: read with care. {MARKS['confirmatory']} (beside p): a confirmatory row, "
+            f"with the decision table's figures; {MARKS['exploratory']}: a row of the "
+            "per-intent verdicts, with their figures; the other rows are exploratory, each "
+            "in its own family. Significant = the "
             f"row's adjusted p (one test per row, corrected within its family) is below "
             f"{ALPHA}.", "", *(f"- {line}" for line in methods(comparison))]
 
@@ -109,8 +112,15 @@ def _decision_section(results: Results, min_support: object) -> list[str]:
     out += ["", decision_caption(table, min_support=support, labels=labels), ""]
     lines = decision_answer(results)
     if lines:
-        out += [f"**{lines[0][0].upper()}{lines[0][1:]}**", "",
-                *(f"- {line}" for line in lines[1:]), ""]
+        out += [f"**{ANSWER_HEADING[0].upper()}{ANSWER_HEADING[1:]}**", "",
+                *(f"- {line}" for line in lines), ""]
+    notes = (results.decision_notes or {}).get("notes") or []
+    out += [f"- recommended configuration ({SNIPPET}): {n}" for n in notes]
+    for r in (results.decision_notes or {}).get("recommended") or []:
+        out.append(f"- recommended against {r['reference']}: Δ {fmt_delta(r['delta'])} "
+                   f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)} ({r['note']})")
+    if notes:
+        out.append("")
     by_intent = results.decision_by_intent
     if by_intent is not None and by_intent.height:
         out += ["### Exploratory: the same verdicts per intent group", ""]
@@ -162,8 +172,7 @@ def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
                 cells.append("–")
                 continue
             r = hit.row(0, named=True)
-            marks = ", ".join(m for m in (significance(r["p_t_adj"]), CONFIRMATORY_MARK
-                                          if r.get("confirmatory") else "") if m)
+            marks = ", ".join(m for m in (significance(r["p_t_adj"]), mark(r)) if m)
             cells.append(f"{fmt_delta(r['delta'])} "
                          f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}"
                          + (f" ({marks})" if marks else ""))
@@ -171,7 +180,7 @@ def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
     n = overall.get_column("n").max() if overall.height else None
     out += [f"Mean paired delta (arm − off) with its CI (at its family's level, paired with "
             f"the adjusted p), over {fmt(n)} test queries with a relevant memory; (yes): "
-            f"adjusted p below {ALPHA}; {CONFIRMATORY_MARK}: a confirmatory row, with the "
+            f"adjusted p below {ALPHA}; {MARKS['confirmatory']}: a confirmatory row, with the "
             "decision table's figures.", ""]
     out += _table(["arm", *metrics], rows, right=[False, *([True] * len(metrics))])
     out += ["", *(f"- {line}" for line in methods(comparison))]

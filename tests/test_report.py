@@ -186,9 +186,10 @@ def test_markdown_holds_headline_tables_and_provenance():
                    "## Ablation: change against off, overall (per query)",
                    "| EXPLORATORY † | 2 |",            # below the minimum support of 10
                    "Bonferroni within each family",  # the method, said once per table
-                   "ndcg@10: 2 (by intent), 1 (by question_type), 2 (by seen)",  # its sizes
+                   "m = ndcg@10: 1 (by question_type), 2 (by seen)",  # its sizes (intent: V rows)
+                   "| +0.1167 | [+0.0869, +0.1466] | <0.001 V |",  # a per-intent verdict's row
                    "| +0.1148 | [+0.0998, +0.1298] | <0.001 C |",  # a confirmatory row
-                   "- turn MSPR on? yes (tuned against off: ship, Δ +0.1148)",  # the answer
+                   "- Turn MSPR on with the tuned weights: +0.1148 ndcg@10 per query over off",
                    "## Side effects at zero weight (ndcg@10)",
                    "| feedback | per query | 40 |",
                    "## Stage funnel (per query, test window)",
@@ -212,7 +213,7 @@ def test_html_is_self_contained_with_png_images(fixture_html: str):
     for needle in ("1. Test window", "2. Ablation ladder", "3. Weight search",
                    "4. Recommended weights", "5. Isolation audit", "6. Provenance",
                    "&#34;beta_bm25&#34;: 0.62",
-                   "Bonferroni within each family", "2 (by intent)", "&lt;0.001 C",
+                   "Bonferroni within each family", "6 (by intent)", "&lt;0.001 C", "&lt;0.001 V",
                    '<th colspan="4">strict</th>',
                    "PED-ANOVA (optuna.importance)", "best trial (41)",
                    "Side effects at zero weight (ndcg@10)", "searches whose top 10 changed",

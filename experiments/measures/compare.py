@@ -74,7 +74,7 @@ SCHEMA = {
     "ci_low": pl.Float64, "ci_high": pl.Float64, "ci_level": pl.Float64,
     "p_t": pl.Float64, "p_t_adj": pl.Float64, "family_size": pl.Int64,
     "low_support": pl.Boolean, "tested": pl.Boolean, "correction": pl.String,
-    "se": pl.Float64, "df": pl.Int64, "confirmatory": pl.Boolean,
+    "se": pl.Float64, "df": pl.Int64, "confirmatory": pl.Boolean, "mark": pl.String,
 }
 
 
@@ -199,8 +199,9 @@ def _family_namer(rows: pl.DataFrame) -> Callable[[Mapping[str, object]], str]:
 
 def families_caption(rows: pl.DataFrame,
                      name: Callable[[Mapping[str, object]], str] | None = None) -> str:
-    """What the families of `rows` (comparison rows of one table) are, said once: the
-    confirmatory rows (marked C, `decision.detail`) and the exploratory families' method,
+    """What the families of `rows` (comparison rows of one table) are, said once: the rows
+    with a verdict table's figures (marked C or V, `decision.detail`) and the exploratory
+    families' method,
     condition, interval and sizes (m per family, named by `name(row)`; default: the
     breakdown, and the reference and unit where the rows have several)."""
     if not rows.height:
@@ -208,16 +209,20 @@ def families_caption(rows: pl.DataFrame,
     parts = []
     marked = (rows.get_column("confirmatory").fill_null(False) if "confirmatory" in rows.columns
               else pl.Series([False] * rows.height))
-    confirmatory, exploratory = rows.filter(marked), rows.filter(~marked)
-    if confirmatory.height:
-        r = confirmatory.row(0, named=True)
-        swapped = any("the other way round" in c for c in confirmatory["correction"])
+    decided, exploratory = rows.filter(marked), rows.filter(~marked)
+    marks = (decided.get_column("mark").fill_null("C") if "mark" in decided.columns
+             else pl.Series(["C"] * decided.height))
+    for letter, what in (("C", "the decision table's (confirmatory"),
+                         ("V", "the per-intent verdicts' (exploratory")):
+        mine = decided.filter(marks.replace("", "C") == letter)
+        if not mine.height:
+            continue
+        r = mine.row(0, named=True)
+        swapped = any("the other way round" in c for c in mine["correction"])
         parts.append(
-            f"C: a confirmatory question, shown with the decision table's figures (Bonferroni "
-            f"over its {r['family_size']} tested row(s), CI at {r['ci_level']:.2%}, paired with "
-            "the adjusted p), outside the exploratory families"
-            + ("; where the arms are swapped (off against on-zero) it reads the verdict "
-               "negated" if swapped else ""))
+            f"{letter}: {what}, Bonferroni over {r['family_size']} rows, CI at "
+            f"{r['ci_level']:.2%}) figures for the same question, outside the other families"
+            + (" (read negated where the arms are swapped)" if swapped else ""))
     if not exploratory.height:
         return "; ".join(parts)
     labels = exploratory.get_column("correction").unique(maintain_order=True).to_list()
@@ -228,7 +233,8 @@ def families_caption(rows: pl.DataFrame,
     sizes: dict[str, dict[str, int]] = {  # metric -> family -> m, metrics in the rows' order
         m: {} for m in rows.get_column("metric").unique(maintain_order=True).to_list()}
     for r in exploratory.iter_rows(named=True):
-        sizes.setdefault(r["metric"], {}).setdefault(named(r), r["family_size"])
+        if r["family_size"]:  # (a family with no tested row tests nothing)
+            sizes.setdefault(r["metric"], {}).setdefault(named(r), r["family_size"])
     first = parsed[0]
     assert first is not None
     methods = sorted({match["name"] for match in parsed if match is not None})
@@ -292,7 +298,7 @@ def compare(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], *,
                     e.delta if e.n_queries else math.nan, math.nan, math.nan, math.nan,
                     float(two_sided_p(e)) if cell.metric in tested_metrics else math.nan,
                     math.nan, 0, cell.rows.size < min_support, cell.tested and e.testable,
-                    "", e.se, e.df, False))
+                    "", e.se, e.df, False, ""))
     frame = pl.DataFrame(out, orient="row", schema=SCHEMA)
     return families(frame, alpha=alpha, correction=correction, min_support=min_support
                     ).with_columns(ci_method=pl.lit(f"t-interval ({T_TESTS[unit]})"),
