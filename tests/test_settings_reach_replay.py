@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -245,15 +244,18 @@ def test_personal_boost_user_scoped_changes_the_table(log: Any) -> None:
 
 
 class Alternating:
-    """An LLM intent classifier that answers a different label at each call, slowly."""
+    """An LLM intent classifier that answers a different label at each call; given a
+    `gate`, only once the gate opens (a late answer whatever the machine's load: a sleep
+    can finish before a descheduled caller's join times out)."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, gate: threading.Event | None = None) -> None:
         self.labels = itertools.cycle(["FACTUAL", "DOCUMENTARY", "EXPLORATORY"])
-        self.delay = delay
+        self.gate = gate
         self.lock = threading.Lock()
 
     def __call__(self, prompt: str) -> str:
-        time.sleep(self.delay)
+        if self.gate is not None:
+            self.gate.wait()
         with self.lock:
             return json.dumps({"intent": next(self.labels), "confidence": 0.9})
 
@@ -271,7 +273,11 @@ def test_the_llm_intent_settings_reach_a_replay_with_a_classifier(log: Any) -> N
     uncached = replay(log, mspr("intent", cache_size=0)(llm), classifier=Alternating())
     assert not uncached.searches["intent"].equals(labels)  # repeats asked again
     timeout = mspr("intent", llm_timeout_seconds=0.001)(llm)
-    late = replay(log, timeout, classifier=Alternating(delay=0.02)).searches["intent"]
+    gate = threading.Event()
+    try:
+        late = replay(log, timeout, classifier=Alternating(gate)).searches["intent"]
+    finally:
+        gate.set()  # the late daemon threads answer now, after the replay, and end
     assert set(late) == {"UNKNOWN"}
 
 
