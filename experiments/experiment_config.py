@@ -130,6 +130,19 @@ class FidelitySection:
 
 
 @dataclass(frozen=True)
+class CounterfactualSection:
+    """Verdict labels: the position bias of the log, estimated, and each arm's IPS and SNIPS
+    nDCG@k against it (`experiments/counterfactual`)."""
+
+    enabled: bool = True
+    estimator: str = "snips"    # the estimate the verdict-labelled decision reads
+    clip: float = 0.05          # propensities below it are raised to it
+    resamples: int = 200        # bootstrap over questions, the click model refitted in each
+    max_unshown: float = 0.1    # never-shown share of an arm's top k above which it is
+    #                             bounded, not scored
+
+
+@dataclass(frozen=True)
 class TuneSection:
     trials: int = 300
     sampler: str = "tpe"
@@ -171,6 +184,7 @@ class ExperimentConfig:
     tracking: TrackingSection
     raw: Mapping[str, Any] = field(repr=False)
     fidelity: FidelitySection = field(default_factory=FidelitySection)
+    counterfactual: CounterfactualSection = field(default_factory=CounterfactualSection)
 
     def digest(self) -> str:
         """sha256 of the definition as parsed (the config hash every result carries)."""
@@ -179,7 +193,7 @@ class ExperimentConfig:
 
 
 _TOP = ("name", "description", "seed", "dataset", "split", "engine", "replay", "metrics",
-        "ablation", "references", "tune", "tracking", "fidelity")
+        "ablation", "references", "tune", "tracking", "fidelity", "counterfactual")
 
 
 def _section(cls: type, raw: Any, where: str) -> Any:
@@ -425,8 +439,20 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
             (f"min_{name}", v) for name, v in fidelity.thresholds().items())):
         if not (math.isfinite(value) and 0.0 <= value <= 1.0):
             raise ExperimentError(f"fidelity.{key} must be in [0, 1], got {value!r}")
+    counterfactual = _section(CounterfactualSection, raw.get("counterfactual"),
+                              "counterfactual")
+    _choice("counterfactual.estimator", counterfactual.estimator, ("snips", "ips"))
+    for key, value, low_open in (("clip", counterfactual.clip, True),
+                                 ("max_unshown", counterfactual.max_unshown, False)):
+        if not (math.isfinite(value) and (value > 0.0 if low_open else value >= 0.0)
+                and value <= 1.0):
+            raise ExperimentError(f"counterfactual.{key} must be in {'(' if low_open else '['}"
+                                  f"0, 1], got {value!r}")
+    if counterfactual.resamples < 1:
+        raise ExperimentError(f"counterfactual.resamples must be >= 1, got "
+                              f"{counterfactual.resamples}")
     return ExperimentConfig(
         name=name, path=path, description=str(raw.get("description", "")), seed=seed,
         dataset=dataset, split=split, engine=engine, engine_dict=engine_dict, replay=replay,
         metrics=metrics, ablation=ablation, references=references, tune=tune,
-        tracking=tracking, raw=raw, fidelity=fidelity)
+        tracking=tracking, raw=raw, fidelity=fidelity, counterfactual=counterfactual)

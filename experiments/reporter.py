@@ -36,6 +36,12 @@ from .bundle import (
     ABLATION_NOTES,
     ABLATION_SIDE_EFFECTS,
     ABLATION_SUMMARY,
+    COUNTERFACTUAL_CHANGES,
+    COUNTERFACTUAL_CURVE,
+    COUNTERFACTUAL_ESTIMATES,
+    COUNTERFACTUAL_LOGGED,
+    COUNTERFACTUAL_PER_QUERY,
+    COUNTERFACTUAL_PLOT,
     EXPLORE_LISTS,
     EXPLORE_LOST,
     EXPLORE_MEMORIES,
@@ -496,6 +502,32 @@ class Reporter:
                                   f"recovery/planted/{metric_key(metric)}":
                                       result["planted_value"],
                                   f"recovery/tuned/{metric_key(metric)}": result["tuned_value"]})
+
+    # ---- counterfactual (verdict labels) -------------------------------------------------
+    def counterfactual(self, prepared: Prepared, result: Any) -> None:
+        """The position bias of the verdict log and each arm's IPS and SNIPS nDCG@k
+        (`experiments.counterfactual`): printed, bundled, logged to MLflow."""
+        from .counterfactual.report import (
+            curve_png,
+            curve_table,
+            estimates_table,
+            logged_record,
+        )
+        self.console.print(curve_table(result))
+        self.console.print(estimates_table(result, result.raw, result.raw_metric,
+                                           prepared.labels.shown))
+        est = result.estimates
+        self.bundle.frame(result.curve.frame, COUNTERFACTUAL_CURVE)
+        self.bundle.bytes(curve_png(result), COUNTERFACTUAL_PLOT)
+        self.bundle.frame(est.estimates, COUNTERFACTUAL_ESTIMATES)
+        self.bundle.frame(est.changes, COUNTERFACTUAL_CHANGES)
+        self.bundle.frame(est.questions, COUNTERFACTUAL_PER_QUERY)
+        self.bundle.json(logged_record(result), COUNTERFACTUAL_LOGGED)
+        self._print(f"position bias plot: {self.bundle.folder / COUNTERFACTUAL_PLOT}")
+        if self.tracker is not None:
+            self.tracker.metrics({
+                f"counterfactual/{r['estimator']}/{metric_key(r['arm'])}": r["mean"]
+                for r in est.estimates.iter_rows(named=True) if math.isfinite(r["mean"])})
 
     def _judged(self, prepared: Prepared) -> str | None:
         """The judged@K metric shown beside every arm when the labels are verdicts."""

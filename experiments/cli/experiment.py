@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from ..arms import ExperimentArms, experiment_arms
 from ..bundle import Bundle
 from ..experiment_config import ExperimentConfig, load_experiment, shipped_experiments
 from ..fidelity.stage import fidelity_stage, with_fidelity
+from ..measures.scoring import Arm, arm_of
 from ..recovery import planted_recovery
 from ..reporter import Reporter
 from ..stages.ablate import ablation_stage
@@ -42,7 +44,7 @@ from ..stages.held_out import held_out_stage
 from ..stages.isolation import isolation_stage
 from ..stages.prepare import prepare_store
 from ..stages.reference_rankers import bm25_sanity, reference_stage
-from ..stages.replay_tables import Prepared, replay_tables
+from ..stages.replay_tables import VERDICT_LABELS, Prepared, replay_tables
 from ..stages.weight_search import plan_search, search_weights
 from ..tracking import Tracker
 
@@ -85,7 +87,7 @@ def _ablate(out: Reporter, cfg: ExperimentConfig, prepared: Prepared,
 
 
 def _tune(out: Reporter, cfg: ExperimentConfig, prepared: Prepared, arms: ExperimentArms,
-          args: argparse.Namespace) -> None:
+          args: argparse.Namespace) -> Arm:
     """The weight search on the train window, its best weights once on the test window,
     and (a world with planted weights) their recovery."""
     plan = plan_search(cfg, prepared, trials=args.trials, storage=args.storage,
@@ -99,6 +101,22 @@ def _tune(out: Reporter, cfg: ExperimentConfig, prepared: Prepared, arms: Experi
                                           tuned.snippet, plan.metrics))
     out.recovery(planted_recovery(prepared.store, prepared.dataset.digest, plan.test_scorer,
                                   tuned.best, cfg.metrics.primary))
+    return tuned.best
+
+
+def _counterfactual(out: Reporter, cfg: ExperimentConfig, prepared: Prepared,
+                    arms: ExperimentArms, tuned: Arm | None) -> None:
+    """Verdict labels: the position bias of the log and each arm's IPS and SNIPS nDCG@10
+    on the test window (`experiments.counterfactual`)."""
+    if prepared.labels.source != VERDICT_LABELS or not cfg.counterfactual.enabled:
+        return
+    from ..counterfactual.stage import PRODUCTION, counterfactual_stage, settings_of
+    scored = {name: arm_of(name, config) for name, config in arms.ladder.items()}
+    if tuned is not None:
+        scored[PRODUCTION] = replace(tuned, name=PRODUCTION)
+    out.counterfactual(prepared, counterfactual_stage(
+        prepared, cfg.engine, scored, settings_of(cfg.counterfactual, cfg.seed),
+        raw_metric=cfg.metrics.primary, progress=out.progress()))
 
 
 def _command(args: argparse.Namespace, which: str) -> int:
@@ -119,10 +137,13 @@ def _command(args: argparse.Namespace, which: str) -> int:
             out.prepared(prepared)
             out.fidelity(prepared)
             with out.parent_run(which, prepared):
+                tuned = None
                 if which in ("ablate", "run"):
                     _ablate(out, cfg, prepared, arms)
                 if which in ("tune", "run"):
-                    _tune(out, cfg, prepared, arms, args)
+                    tuned = _tune(out, cfg, prepared, arms, args)
+                if which in ("ablate", "run"):
+                    _counterfactual(out, cfg, prepared, arms, tuned)
                 out.finish(started)
     except (*USER_ERRORS, FileNotFoundError) as exc:
         if out is not None:

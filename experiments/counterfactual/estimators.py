@@ -61,7 +61,7 @@ import polars as pl
 
 from .click_model import ClickLog, PBMFit, fit_pbm
 from .offpolicy import importance_weights
-from .position_bias import ExaminationCurve
+from .position_bias import RESAMPLE_ITERATIONS, ExaminationCurve
 
 __all__ = ["ESTIMATORS", "RANKINGS", "ArmRankings", "Counterfactual", "counterfactual",
            "labels", "per_question"]
@@ -282,7 +282,8 @@ def counterfactual(window: ClickLog, curve: ExaminationCurve, rankings: ArmRanki
                   for e in ESTIMATORS}
     for b, (row, refit) in enumerate(zip(weights, curve.bootstrap.fits, strict=True)):
         window_fit = fit_pbm(window, truncated=truncated, question_weights=row, start=fit,
-                             examination=refit.examination)
+                             examination=refit.examination,
+                             max_iterations=RESAMPLE_ITERATIONS)
         values = _values(layout, *_labels(window, window_fit, clip, row)[::2])
         for e in ESTIMATORS:
             replicates[e][b] = values[e]
