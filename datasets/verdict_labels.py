@@ -4,10 +4,13 @@ ContextKit's artifacts hold verdicts (`record_feedback`: a memory, helpful or no
 text, the user) but no log of the rankings shown and no relevance judgments. `relabel`
 turns the verdicts of a store into judged searches:
 
-- **Occurrences.** The verdicts of one user (`user_id`) for one query hash (`query_id` of
-  the feedback event) are taken in time order; the first opens an occurrence, and every
-  later verdict within `window` of that first one joins it; the next verdict after the
-  window opens the next occurrence. Each occurrence is one search.
+- **Occurrences.** The verdicts of one owner scope (`user_id`, `agent_id`, `run_id`: the
+  scope a search runs in) for one query hash (`query_id` of the feedback event) are taken
+  in time order; the first opens an occurrence, and every later verdict within `window` of
+  that first one joins it; the next verdict after the window opens the next occurrence.
+  Each occurrence is one search. Verdicts of one user from two agents or runs are two
+  searches, each in its own scope (keyed by the user alone, they merged into one search
+  scoped to the first one's agent).
 - **The search.** Placed 1 µs before the occurrence's first verdict (`ts`), with the
   query text, agent and run ids of that verdict, the owner scope of the user, limit
   `limit` (the artifacts do not say how many were shown) and no logged ranking. The
@@ -18,7 +21,7 @@ turns the verdicts of a store into judged searches:
   unhelpful → 0 (judged not relevant); every other memory is unjudged. A later occurrence
   of the same query by the same user is labelled by its own verdicts only.
 - **Ids.** An occurrence's query id is `HASH#K` (K counts the occurrences of that hash in
-  time order, over all users); `questions` maps it back to the hash, the distinct question
+  time order, over all owner scopes); `questions` maps it back to the hash, the distinct question
   the per-query unit counts once.
 - **Not replayable.** A verdict without a query hash (given without `query=`), or with
   one but no user, agent or run id (a search needs an owner scope), labels no search: it is
@@ -45,7 +48,9 @@ from .simulate import order_events
 __all__ = ["LABEL_SOURCE", "REVISION", "Relabelled", "occurrences", "relabel"]
 
 LABEL_SOURCE = "feedback verdicts"
-REVISION = "verdict-labels/1"  # part of the digest: a rule change makes new replays
+REVISION = "verdict-labels/2"  # part of the digest: a rule change makes new replays
+#   (2: occurrences keyed by user, agent and run, not by user alone)
+_SCOPE = ("user_id", "agent_id", "run_id")
 _TICK = timedelta(microseconds=1)
 
 
@@ -74,20 +79,20 @@ def occurrences(feedback: pl.DataFrame, window: timedelta) -> pl.DataFrame:
     with `occurrence` (its query id, `HASH#K`) and `opened` (the first verdict's time)."""
     if window <= timedelta(0):
         raise ValueError(f"verdict labels: the window must be positive, got {window}")
-    rows = feedback.sort("user_id", "query_id", "ts", "seq", nulls_last=True)
-    users, hashes = rows["user_id"].to_list(), rows["query_id"].to_list()
+    rows = feedback.sort(*_SCOPE, "query_id", "ts", "seq", nulls_last=True)
+    keys = rows.select(*_SCOPE, "query_id").rows()
     times = rows["ts"].to_list()
     opened, start, key = [], None, None
-    for user, query, ts in zip(users, hashes, times, strict=True):
-        if (user, query) != key or ts > start + window:
-            key, start = (user, query), ts
+    for scope, ts in zip(keys, times, strict=True):
+        if scope != key or ts > start + window:
+            key, start = scope, ts
         opened.append(start)
-    # K counts each hash's occurrences in time order (users in id order on a tie).
+    # K counts each hash's occurrences in time order (scopes in id order on a tie).
     rows = rows.with_columns(opened=pl.Series(opened, dtype=rows["ts"].dtype))
-    firsts = (rows.select("query_id", "user_id", "opened").unique(maintain_order=True)
-              .sort("opened", "user_id", nulls_last=True)
+    firsts = (rows.select("query_id", *_SCOPE, "opened").unique(maintain_order=True)
+              .sort("opened", *_SCOPE, nulls_last=True)
               .with_columns(k=pl.int_range(pl.len()).over("query_id")))
-    return rows.join(firsts, on=["query_id", "user_id", "opened"], nulls_equal=True,
+    return rows.join(firsts, on=["query_id", *_SCOPE, "opened"], nulls_equal=True,
                      maintain_order="left").with_columns(
         occurrence=pl.format("{}#{}", "query_id", "k")).drop("k")
 

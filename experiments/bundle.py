@@ -32,6 +32,13 @@ __all__ = ["Bundle", "provenance"]
 PROVENANCE = "provenance.json"  # experiment, config hash and text, dataset digest and
 #   source, store, git commit, command, MLflow run, split sizes, frequency mode, feedback
 #   policy, seeds, timings
+DECISION = "decision/verdicts.parquet"  # one row per candidate: the confirmatory verdicts
+#   (decision.COLUMNS); the same as DECISION_CSV, for a human
+DECISION_CSV = "decision/verdicts.csv"
+DECISION_BY_INTENT = "decision/by_intent.parquet"  # the exploratory per-intent verdicts
+DECISION_BY_INTENT_CSV = "decision/by_intent.csv"
+DECISION_NOTES = "decision/recommendation.json"  # what the recommended configuration
+#   changes and why, and the recommended configuration scored (when it was)
 FIDELITY = "fidelity.json"  # is the replay production: figures, thresholds, what was tried
 ABLATION = "ablation"  # the ladder's part
 ABLATION_SUMMARY = "ablation/summary.parquet"  # stats.aggregate per arm and unit
@@ -116,6 +123,9 @@ class Bundle:
 
     def json(self, obj: Any, relative: str) -> None:
         write_json_atomic(self._path(relative), _plain(obj))
+
+    def csv(self, frame: pl.DataFrame, relative: str) -> None:
+        frame.write_csv(self._path(relative))
 
     def text(self, text: str, relative: str) -> None:
         self._path(relative).write_text(text, encoding="utf-8")

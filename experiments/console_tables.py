@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .measures.metrics import parse_metric
 
-__all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "fmt",
+__all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "family_caption", "fmt",
            "funnel_group_table", "funnel_table", "judged_shares", "ladder_table", "reference_table",
            "side_effect_table", "summary_table"]
 
@@ -22,12 +22,21 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}f}"
 
 
-def _p(value: float | None, bound: bool = False) -> str:
-    """A p-value; `bound`: it is the smallest the test could give (an upper bound)."""
+def _p(value: float | None) -> str:
+    """An adjusted p-value."""
     if value is None or math.isnan(value):
         return "–"
-    text = "<0.001" if value < 0.001 else f"{value:.3f}"
-    return f"≤{text}" if bound and not text.startswith("<") else text
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def family_caption(comparison: pl.DataFrame) -> str:
+    """The correction statements of a comparison's rows (each breakdown's family, its size,
+    the interval's level), one per distinct breakdown, and the test."""
+    if not comparison.height:
+        return ""
+    labels = comparison.get_column("correction").unique(maintain_order=True).to_list()
+    tests = comparison.get_column("t_test").unique(maintain_order=True).to_list()
+    return "; ".join([*labels, *(f"test: {t}" for t in tests)])
 
 
 def _arm_and_group(r: Mapping[str, object], previous: object) -> tuple[str, str]:
@@ -44,15 +53,15 @@ def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
                      group_by: Sequence[str] = ("overall", "intent", "question_type"),
                      base_label: str = "reference", arm_label: str | None = None,
                      caption: str = "") -> Table:
-    """One row per (arm, group): n, the two means, the delta with its CI, adjusted p-values.
+    """One row per (arm, group): n, the two means, the delta with its CI, the adjusted p.
 
     Groups below the minimum support are marked `*` (read them with care); rows outside
-    the multiple-testing family show `n.t.` for their adjusted p-values. `caption` names
-    the family and the permutation count."""
+    the multiple-testing family show `n.t.`. `caption` names the families (one per
+    breakdown), their sizes and the intervals' levels."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
                   caption=caption or None, caption_justify="left")
     for column in ("arm", "group", "n", base_label, arm_label or "arm mean", "delta",
-                   "95% CI", "p (t, adj)", "p (perm, adj)"):
+                   "CI", "p (adj)"):
         table.add_column(column, justify="left" if column in ("arm", "group") else "right",
                          no_wrap=True)
     rows = comparison.filter(pl.col("metric") == metric, pl.col("group_by").is_in(group_by))
@@ -63,8 +72,7 @@ def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
         table.add_row(arm, group, f"{r['n']:,}", fmt(r["mean_base"]), fmt(r["mean_arm"]),
                       f"{r['delta']:+.4f}" if not math.isnan(r["delta"]) else "–",
                       f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
-                      *((_p(r["p_t_adj"]), _p(r["p_perm_adj"], bool(r.get("p_perm_bound"))))
-                        if r.get("tested", True) else ("n.t.", "n.t.")))
+                      _p(r["p_t_adj"]) if r.get("tested", True) else "n.t.")
     return table
 
 
@@ -95,14 +103,14 @@ def _group_label(group_by: str, group: str | None) -> str:
 def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
                  alpha: float = 0.05, family: str = "") -> Table:
     """Arms down, groups across: the mean paired delta against the baseline, marked `+`/`-`
-    where its bootstrap CI excludes 0 and `*` where the Holm-adjusted t-test p < alpha.
-    The header gives each group's n (queries with a relevant memory)."""
+    where its CI excludes 0 and `*` where its adjusted p < alpha (with Bonferroni the two
+    agree). The header gives each group's n (queries with a relevant memory)."""
     rows = comparison.filter(pl.col("metric") == metric)
     groups = rows.select("group_by", "group", "n").unique(["group_by", "group"],
                                                              maintain_order=True)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                  caption=f"+/- : 95% CI excludes 0;  * : adjusted p < {alpha} "
-                          "(paired t-test);  n: queries with a relevant memory; "
+                  caption=f"EXPLORATORY. +/- : CI excludes 0;  * : adjusted p < {alpha};  n: "
+                          "queries with a relevant memory; "
                           "groups under the minimum support in italics (not tested)"
                           + (f";  {family}" if family else ""),
                   caption_justify="left")
@@ -178,11 +186,14 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
                  metric: str, unit: str, title: str, judged: str | None = None,
                  min_judged_ratio: float = 0.5) -> Table:
     """One row per arm, overall: its mean with a CI, its delta against `off` and against
-    `on-zero` with CIs and Holm-adjusted t-test p, and its match rate to the logged
-    rankings. `unit` is query (every question once) or search (traffic-weighted).
+    `on-zero` with CIs and adjusted p (exploratory: the decision table holds the
+    confirmatory rows), and its match rate to the logged rankings. `unit` is query (every
+    question once) or search (traffic-weighted).
     `judged` (verdict labels): a judged-share column, and arms below `min_judged_ratio` of
     the best-judged arm's share marked "not assessable"."""
     n_label = "queries" if unit == "query" else "searches"
+    cmp = comparison.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
+                            pl.col("unit") == unit) if comparison.height else comparison
     shares = {} if judged is None else judged_shares(summary, judged, unit,
                                                      ratio=min_judged_ratio)
     judged_caption = "" if judged is None else (
@@ -194,17 +205,16 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
         f"n: {n_label} with a relevant memory; Δ off: against MSPR off (the context graph "
         "alone, the rollout's reference); Δ on-zero: against MSPR on at zero new weights "
         "(what recording verdicts and accesses does by itself is the difference between the "
-        "two); p: Holm-adjusted paired t-test (n.t.: not tested); match: share of "
-        "evaluated rankings equal to the logged one (the rest see frozen feedback that is "
-        "counterfactual for them)" + judged_caption), caption_justify="left")
-    columns = ["arm", "n", "mean [95% CI]", "Δ off [95% CI]", "p", "Δ on-zero [95% CI]",
-               "p ", "match"] + ([judged] if judged else [])
+        "two); " + (family_caption(cmp) if cmp.height else "no comparison") +
+        " (n.t.: not tested); mean [95% CI]: percentile bootstrap over queries; match: "
+        "share of evaluated rankings equal to the logged one (the rest see frozen feedback "
+        "that is counterfactual for them)" + judged_caption), caption_justify="left")
+    columns = ["arm", "n", "mean [95% CI]", "Δ off [CI]", "p (adj)", "Δ on-zero [CI]",
+               "p (adj) ", "match"] + ([judged] if judged else [])
     for column in columns:
         table.add_column(column, justify="left" if column == "arm" else "right", no_wrap=True)
     rows = summary.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
                           pl.col("unit") == unit)
-    cmp = comparison.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
-                            pl.col("unit") == unit) if comparison.height else comparison
     rates = {r["arm"]: r for r in match.iter_rows(named=True)}
 
     def delta(reference: str, arm: str) -> dict | None:
@@ -235,11 +245,13 @@ def reference_table(summary: pl.DataFrame, comparison: pl.DataFrame, *, metric: 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=(
         "references, not arms: not tuned, same searches, qrels and visibility (the query "
         "owner's memories that exist at search time) as the ladder; n: queries or searches "
-        "with a relevant memory; Δ off: reference minus off (MSPR disabled), paired; p: "
-        "Holm-adjusted paired t-test; seconds: ranking every search, indexing included. "
+        "with a relevant memory; Δ off: reference minus off (MSPR disabled), paired; "
+        + family_caption(comparison.filter(
+            (pl.col("metric") == metric) & (pl.col("group_by") == "overall"))) +
+        "; seconds: ranking every search, indexing included. "
         + "; ".join(f"{name}: {label}" for name, label in labels.items())),
         caption_justify="left")
-    for column in ("reference", "unit", "n", "mean [95% CI]", "Δ off [95% CI]", "p",
+    for column in ("reference", "unit", "n", "mean [95% CI]", "Δ off [CI]", "p (adj)",
                    "seconds"):
         table.add_column(column, justify="left" if column in ("reference", "unit") else "right",
                          no_wrap=True)
@@ -284,9 +296,11 @@ def side_effect_table(effects: pl.DataFrame, *, metric: str, labels: str) -> Tab
                       "a block records state even at weight 0: feedback bumps relevance and "
                       "ratchets floors, frequency moves decay recency through accesses, "
                       "success rows only feed ζ; top-10 changed: searches whose top 10 "
-                      "differs from on-zero's; p: Holm-adjusted paired t-test over the "
-                      "blocks"), caption_justify="left")
-    for column in ("block", "unit", "n", "without it", "on-zero", "effect [95% CI]", "p",
+                      "differs from on-zero's; the detail of the decision's record-BLOCK "
+                      "rows, " + family_caption(effects.filter(
+                          (pl.col("metric") == metric) & (pl.col("group_by") == "overall")))),
+                  caption_justify="left")
+    for column in ("block", "unit", "n", "without it", "on-zero", "effect [CI]", "p (adj)",
                    "top-10 changed"):
         table.add_column(column, justify="left" if column in ("block", "unit") else "right",
                          no_wrap=True)
@@ -313,7 +327,9 @@ def funnel_table(wide: pl.DataFrame, *, metric: str, title: str) -> Table:
         f"among the dense seeds / all relevant; pool recall: among the seeds and their "
         f"graph expansion; ceiling: {metric} of the pool in ideal order (the best any "
         f"weights can do); achieved: the arm's {metric}; share: achieved / ceiling (ratio "
-        "of the means); lost: share whose pool holds no relevant memory (lost before the "
+        "of the means); lost: per query, the mean over questions of the share of each "
+        "question's searches whose pool holds no relevant memory; per search, the share of "
+        "searches (lost before the "
         "rerank)"), caption_justify="left")
     for column in ("arm", "unit", "n", "seed recall", "pool recall", "ceiling", "achieved",
                    "share", "lost"):

@@ -26,7 +26,9 @@ from msprlab.engine.batch import WEIGHTS
 from msprlab.engine.config import ConfigError, EdgesConfig, IntentConfig, RoleConfig
 from msprlab.engine.roles import POLICY_NAMES
 
+from .decision.settings import DecisionSettings
 from .errors import ExperimentError
+from .measures.compare import CORRECTIONS
 from .measures.metrics import parse_metric
 from .measures.splits import SplitSpec
 from .replay import FREQUENCY_MODES
@@ -87,7 +89,9 @@ class MetricsSection:
     primary: str = "ndcg@10"
     bootstrap: int = 1000
     min_support: int = 30
-    correction: str = "holm"
+    # The exploratory rows' correction, within each breakdown: "bonferroni" pairs each CI
+    # with its adjusted p (compare.py); "holm" and "bh" adjust p only.
+    correction: str = "bonferroni"
     # Verdict labels: an arm whose judged share of the top K (judged@K) is below this
     # fraction of the best-judged arm's is marked "not assessable" rather than scored.
     min_judged_ratio: float = 0.5
@@ -183,6 +187,7 @@ class ExperimentConfig:
     tune: TuneSection
     tracking: TrackingSection
     raw: Mapping[str, Any] = field(repr=False)
+    decision: DecisionSettings = field(default_factory=DecisionSettings)
     fidelity: FidelitySection = field(default_factory=FidelitySection)
     counterfactual: CounterfactualSection = field(default_factory=CounterfactualSection)
 
@@ -193,7 +198,8 @@ class ExperimentConfig:
 
 
 _TOP = ("name", "description", "seed", "dataset", "split", "engine", "replay", "metrics",
-        "ablation", "references", "tune", "tracking", "fidelity", "counterfactual")
+        "ablation", "references", "tune", "tracking", "decision", "fidelity",
+        "counterfactual")
 
 
 def _section(cls: type, raw: Any, where: str) -> Any:
@@ -380,7 +386,7 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
     if metrics.primary not in metrics.names:
         raise ExperimentError(f"metrics.primary {metrics.primary!r} must be one of "
                               f"metrics.names {list(metrics.names)}")
-    _choice("metrics.correction", metrics.correction, ("holm", "bh"))
+    _choice("metrics.correction", metrics.correction, CORRECTIONS)
     if not 0.0 <= metrics.min_judged_ratio <= 1.0:
         raise ExperimentError(f"metrics.min_judged_ratio must be in [0, 1], got "
                               f"{metrics.min_judged_ratio}")
@@ -433,6 +439,7 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
             raise ExperimentError(f"tune.objectives: {objective!r} measures {metric!r}, which "
                                   f"is not in metrics.names {list(metrics.names)}")
     tracking = _section(TrackingSection, raw.get("tracking"), "tracking")
+    decision = _decision(raw.get("decision"), metrics)
     fidelity = _section(FidelitySection, raw.get("fidelity"), "fidelity")
     _choice("fidelity.on_fail", fidelity.on_fail, ("stop", "warn"))
     for key, value in (("tolerance", fidelity.tolerance), *(
@@ -455,4 +462,23 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         name=name, path=path, description=str(raw.get("description", "")), seed=seed,
         dataset=dataset, split=split, engine=engine, engine_dict=engine_dict, replay=replay,
         metrics=metrics, ablation=ablation, references=references, tune=tune,
-        tracking=tracking, raw=raw, fidelity=fidelity, counterfactual=counterfactual)
+        tracking=tracking, raw=raw, decision=decision, fidelity=fidelity,
+        counterfactual=counterfactual)
+
+
+def _decision(raw: Any, metrics: MetricsSection) -> DecisionSettings:
+    """The `[decision]` table: every key known, every value in range (exit 2 naming it);
+    the metric defaults to `metrics.primary` and must be one of `metrics.names`."""
+    try:
+        settings = _section(DecisionSettings, raw, "decision")
+    except ValueError as exc:  # DecisionSettings' own range checks
+        raise ExperimentError(str(exc)) from None
+    metric = settings.metric or metrics.primary
+    try:
+        metric = parse_metric(metric).name
+    except ValueError as exc:
+        raise ExperimentError(f"decision.metric: {exc}") from None
+    if metric not in metrics.names:
+        raise ExperimentError(f"decision.metric {metric!r} must be one of metrics.names "
+                              f"{list(metrics.names)}")
+    return replace(settings, metric=metric)

@@ -7,9 +7,12 @@ and scores the ranker on every evaluated search; the per-search values are compa
 paired by search event, with the committed baseline file (`experiments/regress/NAME.parquet`)
 group by group (overall, per intent, per question type).
 
-The rule is non-inferiority (EVALUATION.md): for every group with at least `min_support`
-searches, the lower bound of the paired bootstrap 95% CI of (new − baseline) must stay
-above −margin. Anything else is a regression: exit status 1. A benchmark whose data
+The rule is non-inferiority (EVALUATION.md), with the decision's machinery
+(`experiments.decision`: `pairs.paired_queries`, `guardrails.noninferior`): per group with
+at least `min_support` queries, the searches are paired by event, averaged per query, and
+the one-sided 1 − alpha lower bound of the paired t-test of (new − baseline) must stay
+above −margin (a group whose values did not move passes). Anything else is a regression:
+exit status 1. A benchmark whose data
 changed (another dataset digest) cannot be paired; that is reported and fails too, until
 the baseline is rewritten on purpose with `msprlab regress --update`.
 """
@@ -25,24 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from msprlab.experiments.cli.exits import (
-    EXIT_BAD_INPUT,
-    EXIT_FINDING,
-    EXIT_OK,
-    print_error,
-    stdout_console,
-)
-
+from .decision.guardrails import noninferior
+from .decision.pairs import estimate_of, means, paired_queries
 from .experiment_config import ExperimentError, load_experiment, replayable_engine
 from .measures.metrics import parse_metric
 from .measures.scoring import Arm, Scorer, arm_of
-from .measures.stats import noninferior
 from .stages.prepare import prepare_store
 from .stages.replay_tables import replay_tables
 
@@ -57,9 +52,8 @@ class Gate:
     experiments: tuple[str, ...]
     metrics: tuple[str, ...]
     margin: float
-    min_support: int
-    n_resamples: int
-    seed: int
+    min_support: int   # queries
+    alpha: float       # one-sided, per group (not adjusted: each group guards)
     ranker: dict[str, Any]   # a ContextKit config dict: the committed weights and switches
     baseline_dir: Path
     source: Path = Path("gate.toml")
@@ -67,24 +61,33 @@ class Gate:
 
 def load_gate(path: Path) -> Gate:
     raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    known = {"experiments", "metrics", "margin", "min_support", "bootstrap", "seed", "ranker",
+    known = {"experiments", "metrics", "margin", "min_support", "alpha", "ranker",
              "baseline_dir"}
+    for gone in ("bootstrap", "seed"):
+        if gone in raw:
+            raise ExperimentError(f"{path}: {gone!r} is gone: the gate is a one-sided paired "
+                                  "t-test per query (no resampling); remove it")
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ExperimentError(f"{path}: unknown key {unknown[0]!r}; known keys: "
                               f"{', '.join(sorted(known))}")
-    margin = float(raw.get("margin", 0.01))
-    if not (math.isfinite(margin) and margin >= 0):
-        raise ExperimentError(f"{path}: margin must be >= 0, got {margin!r}")
+    margin, alpha = raw.get("margin", 0.01), raw.get("alpha", 0.05)
+    if not (isinstance(margin, int | float) and math.isfinite(margin) and 0 < margin <= 1):
+        raise ExperimentError(f"{path}: margin: `0 < margin <= 1` must hold, but got "
+                              f"{margin!r}")
+    if not (isinstance(alpha, float) and 0 < alpha < 0.5):
+        raise ExperimentError(f"{path}: alpha: `0 < alpha < 0.5` must hold, but got {alpha!r}")
+    min_support = raw.get("min_support", 30)
+    if not (isinstance(min_support, int) and min_support >= 2):
+        raise ExperimentError(f"{path}: min_support: an integer >= 2 (queries) must be "
+                              f"given, but got {min_support!r}")
     folder = Path(raw.get("baseline_dir", BASELINE_DIR))
     if not folder.is_absolute():
         folder = Path(path).parent / folder
     experiments = tuple(str((Path(path).parent / e).resolve()) if e.endswith(".toml") else e
                         for e in raw.get("experiments", ("locomo",)))
-    return Gate(experiments,
-                tuple(raw.get("metrics", ("ndcg@10",))), margin,
-                int(raw.get("min_support", 30)), int(raw.get("bootstrap", 1000)),
-                int(raw.get("seed", 0)), dict(raw.get("ranker", {})), folder, Path(path))
+    return Gate(experiments, tuple(raw.get("metrics", ("ndcg@10",))), float(margin),
+                min_support, alpha, dict(raw.get("ranker", {})), folder, Path(path))
 
 
 def read_baseline(path: Path, metrics: tuple[str, ...]) -> tuple[pl.DataFrame, str]:
@@ -145,48 +148,31 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _groups(frame: pl.DataFrame) -> list[tuple[str, str, pl.Series]]:
-    cells = [("overall", "overall", pl.Series([True] * frame.height))]
-    for column in ("intent", "question_type"):
-        for value in frame[column].drop_nulls().unique().sort().to_list():
-            cells.append((column, value, frame[column] == value))
-    return cells
-
-
 def compare_to_baseline(new: pl.DataFrame, old: pl.DataFrame, gate: Gate,
                         benchmark: str) -> pl.DataFrame:
-    """One row per (group, metric): n, means, the paired bootstrap CI of new − old, verdict."""
-    paired = old.join(new, on="event_id", how="inner", suffix=":new")
-    if paired.height != old.height or paired.height != new.height:
+    """One row per (group, metric): queries, searches, the two means, delta, the one-sided
+    lower bound of (new − old) per query, and whether the group is gated and passes."""
+    if new.height != old.height or new.join(old, on="event_id", how="semi").height != old.height:
         raise ValueError(f"{benchmark}: the searches differ from the baseline's "
-                         f"({old.height} baseline, {new.height} now, {paired.height} paired)")
-    rng = np.random.default_rng(gate.seed)
+                         f"({old.height} baseline, {new.height} now)")
     rows = []
-    for group_by, group, mask in _groups(paired):
-        part = paired.filter(mask)
-        for metric in gate.metrics:
-            a = part[f"{metric}:new"].to_numpy()
-            b = part[metric].to_numpy()
-            keep = ~(np.isnan(a) | np.isnan(b))
-            diff = a[keep] - b[keep]
-            n = int(diff.size)
-            low = high = math.nan
-            if n >= 2:
-                draws = rng.integers(0, n, size=(gate.n_resamples, n))
-                means = diff[draws].mean(axis=1)
-                low, high = (float(x) for x in np.quantile(means, [0.025, 0.975]))
-            elif n == 1:
-                low = high = float(diff[0])
-            gated = n >= gate.min_support
-            ok = bool(noninferior(low, gate.margin)) if gated else True
-            if n and np.all(diff == 0):
-                ok = True  # identical values: nothing moved
+    for metric in gate.metrics:
+        paired = paired_queries(new, old, metric, ("intent", "question_type"))
+        cells = [("overall", "overall", paired)]
+        for column in ("intent", "question_type"):
+            for value in paired[column].drop_nulls().unique().sort().to_list():
+                cells.append((column, value, paired.filter(pl.col(column) == value)))
+        for group_by, group, part in cells:
+            estimate = estimate_of(part, "query")
+            state, low, _ = noninferior(estimate, gate.margin, gate.alpha)
+            gated = part.height >= gate.min_support
+            new_mean, old_mean = means(part, "query")
             rows.append({"benchmark": benchmark, "group_by": group_by, "group": group,
-                         "metric": metric, "n": n,
-                         "baseline": float(b[keep].mean()) if n else math.nan,
-                         "new": float(a[keep].mean()) if n else math.nan,
-                         "delta": float(diff.mean()) if n else math.nan,
-                         "ci_low": low, "ci_high": high, "gated": gated, "ok": ok})
+                         "metric": metric, "n": part.height,
+                         "searches": int(part["searches"].sum()), "baseline": old_mean,
+                         "new": new_mean, "delta": estimate.delta, "ci_low": low,
+                         "state": state, "gated": gated,
+                         "ok": state == "holds" if gated else True})
     return pl.DataFrame(rows)
 
 
@@ -194,6 +180,9 @@ def run_regress(definition: Path, root: Path, *, update: bool, console: Console,
                 as_json: bool = False) -> int:
     """Run the gate; `as_json` prints the verdict and every row as one JSON document on
     stdout (the console, then on stderr, keeps the progress lines)."""
+    # Imported here: the cli package imports this module to register `regress`.
+    from .cli.exits import EXIT_FINDING, EXIT_OK, print_error
+
     gate = load_gate(definition)
     paths = [gate.baseline_dir / f"{Path(e).stem}.parquet" for e in gate.experiments]
     # Every baseline is checked before any replay: bad input fails in a second, not later.
@@ -231,13 +220,15 @@ def run_regress(definition: Path, root: Path, *, update: bool, console: Console,
     table = pl.concat(results) if results else pl.DataFrame()
     if results:
         failures += [f"{r['benchmark']} {r['metric']} {r['group_by']}={r['group']}: "
-                     f"CI low {r['ci_low']:+.4f} <= -{gate.margin}"
+                     f"one-sided {1 - gate.alpha:.0%} lower bound {r['ci_low']:+.4f} <= "
+                     f"-{gate.margin}"
                      for r in table.filter(~pl.col("ok")).iter_rows(named=True)]
     if as_json:
         rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v)
                  for k, v in r.items()} for r in table.iter_rows(named=True)]
         print(json.dumps({"verdict": "regression" if failures else "ok",
-                          "margin": gate.margin, "failures": failures, "rows": rows}, indent=1))
+                          "margin": gate.margin, "alpha": gate.alpha, "unit": "query",
+                          "failures": failures, "rows": rows}, indent=1))
         return EXIT_FINDING if failures else EXIT_OK
     if results:
         console.print(_table(table, gate))
@@ -246,7 +237,8 @@ def run_regress(definition: Path, root: Path, *, update: bool, console: Console,
     if failures:
         return EXIT_FINDING
     console.print(f"no regression: every group within the margin {gate.margin} "
-                  f"(non-inferiority, paired bootstrap 95% CI, {gate.n_resamples} resamples)")
+                  f"(non-inferiority per query: one-sided paired t-test at {gate.alpha:g}, "
+                  f"groups of >= {gate.min_support} queries)")
     return EXIT_OK
 
 
@@ -255,14 +247,15 @@ def _table(frame: pl.DataFrame, gate: Gate) -> Table:
     moved = frame.filter((pl.col("group_by") == "overall") | (pl.col("delta").abs() > 0)
                          | ~pl.col("ok"))
     still = frame.height - moved.height
-    table = Table(title="ranking quality against the committed baseline (paired per search)",
-                  title_justify="left", box=box.SIMPLE_HEAD,
-                  caption=f"a gated group (n >= {gate.min_support}) fails when the 95% CI low of "
-                          f"new - baseline is <= -{gate.margin}; {still} other group x metric "
-                          "cells did not move",
+    table = Table(title="ranking quality against the committed baseline (paired per search, "
+                        "averaged per query)", title_justify="left", box=box.SIMPLE_HEAD,
+                  caption=f"n: queries; a gated group (n >= {gate.min_support}) fails when the "
+                          f"one-sided {1 - gate.alpha:.0%} lower bound of new - baseline (paired "
+                          f"t-test per query, the decision's non-inferiority test, not adjusted) "
+                          f"is <= -{gate.margin}; {still} other group x metric cells did not move",
                   caption_justify="left")
-    for column in ("benchmark", "group", "metric", "n", "baseline", "new", "delta", "95% CI",
-                   "verdict"):
+    for column in ("benchmark", "group", "metric", "n", "baseline", "new", "delta",
+                   "lower bound", "verdict"):
         table.add_column(column, justify="left" if column in ("benchmark", "group", "metric",
                                                                "verdict") else "right",
                          no_wrap=True)
@@ -273,11 +266,12 @@ def _table(frame: pl.DataFrame, gate: Gate) -> Table:
         table.add_row(Path(r["benchmark"]).stem, group, r["metric"], f"{r['n']:,}",
                       f"{r['baseline']:.4f}", f"{r['new']:.4f}",
                       f"{r['delta']:+.4f}" if changed else "0",
-                      f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", verdict)
+                      f"{r['ci_low']:+.4f}", verdict)
     return table
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
+    from .cli.exits import EXIT_BAD_INPUT, print_error, stdout_console
     console = Console(stderr=True) if args.json else stdout_console(120)
     try:
         return run_regress(args.definition, Path(args.root), update=args.update,
@@ -293,9 +287,10 @@ def add_regress_command(commands: Any) -> None:
         description="Replay the frozen benchmark (experiments/configs/regress/gate.toml: the "
                     "LoCoMo and synthetic logs) with the current engine and the committed "
                     "ranker, and compare every group (overall, per intent, per question type) "
-                    "with the committed per-search baseline (experiments/regress/): a group "
-                    "regresses when the lower bound of the paired bootstrap 95% CI of "
-                    "new - baseline is at or below -margin. Exit 0 when nothing regressed, "
+                    "with the committed per-search baseline (experiments/regress/): paired by "
+                    "search, averaged per query, a group regresses when the one-sided "
+                    "lower bound (1 - alpha) of the paired t-test of new - baseline is at or "
+                    "below -margin. Exit 0 when nothing regressed, "
                     "1 on a regression, 2 on bad input (a corrupt, truncated, foreign or "
                     "missing baseline too). --update rewrites the baseline.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)

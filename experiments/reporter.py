@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -42,6 +42,11 @@ from .bundle import (
     COUNTERFACTUAL_LOGGED,
     COUNTERFACTUAL_PER_QUERY,
     COUNTERFACTUAL_PLOT,
+    DECISION,
+    DECISION_BY_INTENT,
+    DECISION_BY_INTENT_CSV,
+    DECISION_CSV,
+    DECISION_NOTES,
     EXPLORE_LISTS,
     EXPLORE_LOST,
     EXPLORE_MEMORIES,
@@ -74,6 +79,7 @@ from .console_tables import (
     audit_table,
     comparison_table,
     delta_matrix,
+    family_caption,
     funnel_group_table,
     funnel_table,
     judged_shares,
@@ -81,11 +87,13 @@ from .console_tables import (
     reference_table,
     side_effect_table,
 )
+from .decision.render import caption, console_table, exploratory_caption
 from .errors import redact_url
 from .experiment_config import ExperimentConfig, judged_metric
 from .measures.metrics import parse_metric
 from .recovery import SWEEP
 from .stages.ablate import Ablation
+from .stages.decide import Decision
 from .stages.held_out import HeldOutResult
 from .stages.isolation import IsolationAudit
 from .stages.prepare import Stage
@@ -107,6 +115,9 @@ class Reporter:
     bar: Progress
     tracker: Tracker | None
     bundle: Bundle
+    # The weight search's messages (recovery, trials to add), printed with its results:
+    # they happen while it runs, before the verdict table, which prints first.
+    held: list[str] = field(default_factory=list)
 
     def _print(self, text: str) -> None:
         self.console.print(text, highlight=False)
@@ -214,6 +225,48 @@ class Reporter:
             self._print(self.tracker.where())
         self._print(f"done in {seconds:.0f} s")
 
+    # ---- decision -----------------------------------------------------------------------
+    def decision(self, prepared: Prepared, decision: Decision) -> None:
+        """The verdict table, first of every table; then the exploratory per-intent
+        verdicts and what the recommended configuration changes. Bundled under decision/
+        (Parquet and CSV), and each verdict a `msprlab.decision.CANDIDATE` tag of the
+        parent run with its figures as `decision/CANDIDATE/...` metrics."""
+        s, labels = decision.settings, prepared.labels.source
+        table = decision.confirmatory
+        self.console.print(console_table(
+            table, title=f"decision, test window: a verdict per candidate ({s.metric}, per "
+                         f"{s.unit}, confirmatory); labels: {labels}",
+            caption_text=caption(table, min_support=self.cfg.metrics.min_support,
+                                 labels=labels)))
+        if decision.by_intent.height:
+            self.console.print(console_table(
+                decision.by_intent, title=f"EXPLORATORY: the same verdicts per intent group "
+                                          f"({s.metric}, per {s.unit}); labels: {labels}",
+                caption_text=exploratory_caption(decision.by_intent, labels=labels)))
+        for note in decision.notes:
+            self._print(f"[yellow]note ({SNIPPET}):[/yellow] {note}")
+        for r in decision.recommended.iter_rows(named=True):
+            self._print(f"recommended against {r['reference']}: {r['metric']} "
+                        f"{r['mean_candidate']:.4f} vs {r['mean_reference']:.4f}, Δ "
+                        f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] "
+                        f"({r['note']})")
+        self.bundle.frame(table, DECISION)
+        self.bundle.csv(table, DECISION_CSV)
+        self.bundle.frame(decision.by_intent, DECISION_BY_INTENT)
+        self.bundle.csv(decision.by_intent, DECISION_BY_INTENT_CSV)
+        self.bundle.json({"notes": decision.notes,
+                          "recommended": decision.recommended.to_dicts(),
+                          "snippet": decision.snippet}, DECISION_NOTES)
+        if self.tracker is None:
+            return
+        self.tracker.tags({f"msprlab.decision.{r['candidate']}": r["verdict"]
+                           for r in table.iter_rows(named=True)})
+        self.tracker.metrics({
+            metric_key("decision", r["candidate"], key): r[key]
+            for r in table.iter_rows(named=True)
+            for key in ("delta", "ci_low", "ci_high", "p_adj", "mde", "family_size")
+            if r[key] is not None and not (isinstance(r[key], float) and math.isnan(r[key]))})
+
     # ---- ablation -----------------------------------------------------------------------
     def ablation(self, prepared: Prepared, ablation: Ablation) -> None:
         """The ladder's tables: arms, the ladder per query and per search, the stage
@@ -224,8 +277,8 @@ class Reporter:
         self.console.print(arms_table(ablation.arms.filter(
             pl.col("name").is_in(list(ablation.ladder)))))
         for unit, label in (("query", "per query: every question counts once"),
-                            ("search", "per search: weighted by traffic, cluster bootstrap "
-                                       "over queries")):
+                            ("search", "per search: weighted by traffic, means with a cluster "
+                                       "bootstrap, Δ with a cluster-robust t over queries")):
             self.console.print(ladder_table(
                 result.summary, result.comparison, result.match, metric=primary, unit=unit,
                 judged=self._judged(prepared), min_judged_ratio=cfg.metrics.min_judged_ratio,
@@ -241,7 +294,6 @@ class Reporter:
                 title=f"stage funnel by {group_by.replace('_', ' ')}, test window, per query: "
                       f"{primary}; labels: {labels}"))
         if result.comparison.height:
-            family = _family(result.comparison, "off", "query")
             for group_by in ("intent", "question_type"):
                 part = result.comparison.filter(pl.col("reference") == "off",
                                                 pl.col("unit") == "query",
@@ -249,7 +301,8 @@ class Reporter:
                 self.console.print(delta_matrix(
                     part, metric=primary, title=f"ablation, test window: {primary} change "
                     f"against off (MSPR disabled), per query, by {group_by.replace('_', ' ')}; "
-                    f"labels: {labels}", family=family))
+                    f"labels: {labels} (exploratory)",
+                    family=family_caption(part.filter(pl.col("metric") == primary))))
         if result.side_effects.height:
             self.console.print(side_effect_table(result.side_effects, metric=primary,
                                                  labels=labels))
@@ -366,10 +419,10 @@ class Reporter:
 
             def on_start(held: int, target: int) -> None:
                 from .tune import trials_message
-                self._print(trials_message(held, target))
+                self.held.append(trials_message(held, target))
 
             yield SearchHooks(
-                on_recovered=lambda message: self._print(
+                on_recovered=lambda message: self.held.append(
                     f"[yellow]recovered:[/yellow] {message}"),
                 on_start=on_start,
                 progress=lambda done, total: self.bar.update(task, completed=done,
@@ -394,6 +447,9 @@ class Reporter:
     def tuned(self, plan: TuningPlan, tuned: Tuned) -> None:
         """What the search did and found, and what its snippet cannot reproduce."""
         result = tuned.result
+        for message in self.held:
+            self._print(message)
+        self.held.clear()
         self._print(f"weight search: {result.added:,} new trials in {tuned.seconds:.1f} s on "
                     f"the train window ({plan.train.searches.height:,} searches); the study "
                     f"holds {result.held + result.added:,}: {plan.study_name} in "
@@ -416,24 +472,26 @@ class Reporter:
         for ref in held.references:
             what = ("off (MSPR disabled: the context graph alone)" if ref == "off"
                     else "on-zero (MSPR on, new weights at 0)")
+            groups = (("overall", "intent", "question_type", "seen") if ref == "off"
+                      else ("overall", "seen"))
             part = comparison.filter(pl.col("reference") == ref, pl.col("unit") == "query")
             self.console.print(comparison_table(
-                part, metric=primary, base_label=ref, arm_label="tuned",
-                group_by=("overall", "intent", "question_type", "seen") if ref == "off"
-                else ("overall", "seen"),
-                title=f"test window: tuned weights against {what}, {primary}, per query "
-                      "(n = distinct questions; seen = asked in the train window too; "
-                      f"* = below min support); labels: {labels}",
-                caption=_family(comparison, ref, "query")))
+                part, metric=primary, base_label=ref, arm_label="tuned", group_by=groups,
+                title=f"test window, exploratory: tuned weights against {what}, {primary}, "
+                      "per query (n = distinct questions; seen = asked in the train window "
+                      f"too; * = below min support); labels: {labels}",
+                caption=_family(part.filter(pl.col("group_by").is_in(groups)), ref, "query",
+                                primary)))
         per_search = comparison.filter(pl.col("unit") == "search",
                                        pl.col("group_by").is_in(["overall", "seen"]))
         self.console.print(comparison_table(
             per_search.with_columns(arm=pl.format("tuned vs {}", pl.col("reference"))),
             metric=primary, base_label="reference", arm_label="tuned",
             group_by=("overall", "seen"),
-            title=f"test window, per search (weighted by traffic; n = searches; CI: cluster "
-                  f"bootstrap over queries): {primary}, against off and on-zero; labels: "
-                  f"{labels}", caption=_family(comparison, "off", "search")))
+            title=f"test window, exploratory, per search (weighted by traffic; n = searches; "
+                  f"cluster-robust over queries): {primary}, against off and on-zero; labels: "
+                  f"{labels}", caption=family_caption(per_search.filter(
+                      pl.col("metric") == primary))))
         if judged := self._judged(prepared):
             shares_ = judged_shares(summary, judged, "query",
                                     ratio=cfg.metrics.min_judged_ratio)
@@ -555,12 +613,10 @@ def _arm_metrics(frame: pl.DataFrame, arm: str, *, stem: tuple[str, ...] = (),
     return out
 
 
-def _family(comparison: pl.DataFrame, reference: str, unit: str) -> str:
-    """The label of a comparison's multiple-testing family and permutation count."""
+def _family(comparison: pl.DataFrame, reference: str, unit: str,
+            metric: str | None = None) -> str:
+    """The statements of a comparison's multiple-testing families (one per breakdown)."""
     rows = comparison.filter(pl.col("reference") == reference, pl.col("unit") == unit)
-    if not rows.height:
-        return ""
-    bound = ("; ≤: no random sign flip was as extreme as the data, so the p is at most the "
-             "value shown" if "p_perm_bound" in rows.columns and rows["p_perm_bound"].any()
-             else "")
-    return f"{rows['correction'][0]}; {rows['permutation_test'][0]}{bound}"
+    if metric is not None:
+        rows = rows.filter(pl.col("metric") == metric)
+    return family_caption(rows)

@@ -185,6 +185,10 @@ class Tracker:
         for i in range(0, len(items), 90):  # MLflow takes at most 100 params per batch
             self.mlflow.log_params(dict(items[i:i + 90]))
 
+    def tags(self, values: Mapping[str, str]) -> None:
+        """Tags of the active run (the parent run, outside a child)."""
+        self.mlflow.set_tags(dict(values))
+
     def metrics(self, values: Mapping[str, float], *, step: int | None = None,
                 synchronous: bool = True) -> None:
         clean = {k: float(v) for k, v in values.items() if v == v}  # NaN: not logged

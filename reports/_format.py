@@ -71,11 +71,9 @@ def group_label(group_by: str, group: str | None) -> str:
     return "(none)" if group is None else str(group)
 
 
-def significance(p_t_adj: Any, p_perm_adj: Any, alpha: float = ALPHA) -> str:
-    """Which adjusted tests reject at `alpha`: "t, perm", "t", "perm" or ""."""
-    marks = [name for name, p in (("t", p_t_adj), ("perm", p_perm_adj))
-             if not _missing(p) and p < alpha]
-    return ", ".join(marks)
+def significance(p_adj: Any, alpha: float = ALPHA) -> str:
+    """"yes" where the row's adjusted p is below `alpha`, else "" (one test per row)."""
+    return "yes" if not _missing(p_adj) and p_adj < alpha else ""
 
 
 @dataclass(frozen=True)
@@ -93,7 +91,6 @@ class ComparisonRow:
     delta: str
     ci: str
     p_t: str
-    p_perm: str
     significant: str
     direction: int  # +1 / -1 where a test rejects and the delta has that sign, else 0
 
@@ -114,7 +111,7 @@ def comparison_rows(comparison: pl.DataFrame, metric: str,
     indexed = sorted(enumerate(part.iter_rows(named=True)), key=lambda item: (
         arms[item[1]["arm"]], order[item[1]["group_by"]], item[0]))
     for _, r in indexed:
-        marks = significance(r["p_t_adj"], r["p_perm_adj"])
+        marks = significance(r["p_t_adj"])
         direction = 0
         if marks and not _missing(r["delta"]) and r["delta"] != 0:
             direction = 1 if r["delta"] > 0 else -1
@@ -124,7 +121,7 @@ def comparison_rows(comparison: pl.DataFrame, metric: str,
             n_no_relevant=fmt(r["n_no_relevant"]), mean_base=fmt(r["mean_base"]),
             mean_arm=fmt(r["mean_arm"]), delta=fmt_delta(r["delta"]),
             ci=fmt_ci(r["ci_low"], r["ci_high"], signed=True), p_t=fmt_p(r["p_t_adj"]),
-            p_perm=fmt_p(r["p_perm_adj"], r.get("p_perm_bound")), significant=marks,
+            significant=marks,
             direction=direction))
     return rows
 
@@ -203,7 +200,8 @@ def funnel_explain(metric: str, labels: str = "the dataset's qrels") -> str:
             "memories of the query; pool recall: among the seeds and their graph expansion "
             f"(the candidates the rerank orders); ceiling: {metric} of that pool in ideal "
             f"order, the best any weights could do; achieved: the arm's {metric}; share: "
-            "achieved / ceiling (ratio of the means); lost: the share of searches whose pool "
+            "achieved / ceiling (ratio of the means); lost: the mean over questions of the share "
+            "of each question's searches whose pool "
             f"holds no relevant memory (lost before the rerank); labels: {labels}; "
             "the unit is the query (a query's value is the mean over its searches, n counts "
             "distinct questions with a relevant memory).")
@@ -218,7 +216,6 @@ def methods(comparison: pl.DataFrame) -> list[str]:
     tested = comparison.filter(pl.col("tested")) if "tested" in comparison.columns \
         else comparison
     for column, what in (("ci_method", "CI of the delta"), ("t_test", "t-test"),
-                         ("permutation_test", "permutation test"),
                          ("correction", "multiple-testing correction")):
         frame = comparison if column in ("ci_method", "correction") else tested
         if column in frame.columns:

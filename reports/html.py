@@ -17,6 +17,10 @@ from typing import Any
 import polars as pl
 
 from msprlab.experiments import bundle as layout
+from msprlab.experiments.decision.render import HEADER as DECISION_HEADER
+from msprlab.experiments.decision.render import caption as decision_caption
+from msprlab.experiments.decision.render import cells as decision_cells
+from msprlab.experiments.decision.render import exploratory_caption
 
 from . import plots
 from ._format import (
@@ -90,14 +94,13 @@ def _matrix(comparison: pl.DataFrame, metric: str, group_by: str) -> dict[str, A
             if r is None:
                 line.append({"text": "–", "title": "", "ci": "", "css": ""})
                 continue
-            marks = significance(r["p_t_adj"], r["p_perm_adj"])
+            marks = significance(r["p_t_adj"])
             css = [] if not marks or not r["delta"] else ["up" if r["delta"] > 0 else "down"]
             if r["low_support"]:
                 css.append("low")
             line.append({"text": fmt_delta(r["delta"]) + (" *" if marks else ""),
-                         "title": f"95% CI {fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
-                                  f"p t (adj) {fmt_p(r['p_t_adj'])}, p perm (adj) "
-                                  f"{fmt_p(r['p_perm_adj'], r.get('p_perm_bound'))}",
+                         "title": f"CI {fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
+                                  f"p (adj) {fmt_p(r['p_t_adj'])}",
                          "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
                          "css": " ".join(css)})
         body.append({"arm": arm, "cells": line})
@@ -274,20 +277,46 @@ def _audit(results: Results) -> dict[str, Any] | None:
             "policy": policy if policy is not None else "not recorded"}
 
 
+def _decision(results: Results, min_support: object) -> dict[str, Any] | None:
+    """The verdict tables (the console's cells and captions) and the recommendation."""
+    if results.decision is None:
+        return None
+    labels = label_source(results.provenance)
+    support = int(min_support) if isinstance(min_support, int) else 30
+    by_intent = results.decision_by_intent
+    notes = results.decision_notes or {}
+    return {"header": list(DECISION_HEADER), "rows": decision_cells(results.decision),
+            "caption": decision_caption(results.decision, min_support=support, labels=labels),
+            "intent_rows": decision_cells(by_intent) if by_intent is not None else [],
+            "intent_caption": exploratory_caption(by_intent, labels=labels)
+            if by_intent is not None and by_intent.height else "",
+            "notes": list(notes.get("notes") or []),
+            "recommended": [f"against {r['reference']}: Δ {fmt_delta(r['delta'])} "
+                            f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)} ({r['note']})"
+                            for r in notes.get("recommended") or []]}
+
+
 def _glance(results: Results, primary: str | None, view: StudyView) -> list[str]:
-    """A few sentences for the top of the page."""
+    """A few sentences for the top of the page: the verdicts first (a bundle written
+    before them: the tuned row's figures, labelled exploratory)."""
     lines = []
+    if results.decision is not None:
+        for r in results.decision.iter_rows(named=True):
+            lines.append(f"{r['candidate']} against {r['reference']}: {r['verdict']} "
+                         f"({r['metric']} Δ {fmt_delta(r['delta'])}, "
+                         f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)} at "
+                         f"{r['ci_level']:.2%}; {r['reason']}).")
     test = results.test_comparison
-    if test is not None and primary is not None:
+    if results.decision is None and test is not None and primary is not None:
         hit = test.filter(pl.col("group_by") == "overall", pl.col("metric") == primary)
         if hit.height:
             r = hit.row(0, named=True)
-            marks = significance(r["p_t_adj"], r["p_perm_adj"])
+            marks = significance(r["p_t_adj"])
             lines.append(f"Tuned weights on the test window: {primary} {fmt(r['mean_arm'])} "
                          f"against {fmt(r['mean_base'])} for off (MSPR disabled), delta "
                          f"{fmt_delta(r['delta'])} (95% CI "
                          f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
-                         + (f"significant by {marks}" if marks else
+                         + ("significant (adjusted p)" if marks else
                             f"no adjusted test below {ALPHA}") + f"; n = {fmt(r['n'])}).")
     comparison = results.ablation_comparison
     if comparison is not None and primary is not None:
@@ -334,6 +363,7 @@ def render_html(results: Results, *, explore: ExplorePage | None = None) -> str:
         if label_note(results.provenance) else None,
         missing=results.missing, parts=layout,  # the bundle's file names
         glance=_glance(results, primary, view), test=_test(results, primary),
+        decision=_decision(results, min_support),
         ablation=_ablation(results, primary), funnel=_funnel(results, primary),
         study=_study(results, view),
         weights=_weights(results, view), audit=_audit(results),

@@ -29,6 +29,9 @@ from msprlab.experiments.bundle import (
     ABLATION_NOTES,
     ABLATION_SIDE_EFFECTS,
     ABLATION_SUMMARY,
+    DECISION,
+    DECISION_BY_INTENT,
+    DECISION_NOTES,
     EXPLORE_LISTS,
     ISOLATION_AUDIT,
     PER_SEARCH,
@@ -45,13 +48,13 @@ from msprlab.experiments.bundle import (
 )
 from msprlab.experiments.explore.questions import ExploreData, ExploreError, load_explore
 
-__all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "FUNNEL_METRICS", "FUNNEL_SUMMARY_COLUMNS",
-           "PARTS", "SUMMARY_COLUMNS", "BundleError", "Results", "load_bundle"]
+__all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "DECISION_COLUMNS", "FUNNEL_METRICS",
+           "FUNNEL_SUMMARY_COLUMNS", "PARTS", "SUMMARY_COLUMNS", "BundleError", "Results",
+           "load_bundle"]
 
 COMPARISON_COLUMNS = ("arm", "group_by", "group", "metric", "n", "n_no_relevant", "mean_base",
-                      "mean_arm", "delta", "ci_low", "ci_high", "p_t", "p_perm", "p_t_adj",
-                      "p_perm_adj", "low_support", "ci_method", "t_test", "permutation_test",
-                      "correction")
+                      "mean_arm", "delta", "ci_low", "ci_high", "p_t", "p_t_adj",
+                      "low_support", "ci_method", "t_test", "correction")
 SUMMARY_COLUMNS = ("arm", "group_by", "group", "metric", "n", "n_no_relevant", "mean", "ci_low",
                    "ci_high", "confidence", "low_support", "ci_method")
 AUDIT_COLUMNS = ("arm", "mode", "searches", "returned", "leaked", "leaked_searches")
@@ -61,10 +64,17 @@ FUNNEL_SUMMARY_COLUMNS = ("arm", "unit", "group_by", "group", "metric", "n", "me
 # The funnel's stages (`experiments.measures.funnel.FUNNEL_COLUMNS`) and the share of the ceiling.
 FUNNEL_METRICS = ("seed_recall", "pool_recall", "ceiling", "achieved", "lost", "share")
 
+# The verdict table's columns the report reads (`experiments.decision.COLUMNS`).
+DECISION_COLUMNS = ("family", "candidate", "reference", "group_by", "group", "metric", "unit",
+                    "n", "mean_reference", "mean_candidate", "delta", "ci_low", "ci_high",
+                    "ci_level", "p_adj", "family_size", "mde", "verdict", "reason",
+                    "failed_guardrail", "unresolved_guardrail", "alpha", "power",
+                    "equivalence_margin", "noninferiority_margin", "test")
+
 # The files a full bundle holds (per-query frames and TREC runs are globbed apart).
 PARTS = (PROVENANCE, ABLATION_SUMMARY, ABLATION_COMPARISON, ABLATION_ARMS, ABLATION_NOTES,
          ABLATION_FUNNEL, STUDY_TRIALS, STUDY_SUMMARY, TEST_COMPARISON, TEST_ARMS, TEST_FUNNEL,
-         SNIPPET, ISOLATION_AUDIT)
+         SNIPPET, ISOLATION_AUDIT, DECISION)
 _RESULTS = PARTS[1:]  # at least one of these makes a folder a bundle
 
 
@@ -117,6 +127,9 @@ class Results:
     test_per_query: dict[str, int] = field(default_factory=dict)
     test_runs: dict[str, int] = field(default_factory=dict)  # run name -> lines
     snippet: dict[str, Any] | None = None
+    decision: pl.DataFrame | None = None  # the confirmatory verdicts, one row per candidate
+    decision_by_intent: pl.DataFrame | None = None  # the exploratory per-intent verdicts
+    decision_notes: dict[str, Any] | None = None  # what the recommended config changes
     side_effects: pl.DataFrame | None = None
     audit: pl.DataFrame | None = None
     # Per query, one row per arm and group: arm, group_by, group, n, low_support and a
@@ -219,6 +232,10 @@ def load_bundle(folder: Path | str) -> Results:
         return _json(folder / part) if part in present else None
 
     provenance, study, snippet = (document(p) for p in (PROVENANCE, STUDY_SUMMARY, SNIPPET))
+    notes_path = folder / DECISION_NOTES
+    decision_notes = _json(notes_path) if notes_path.is_file() else None
+    by_intent = (_frame(folder / DECISION_BY_INTENT, DECISION_COLUMNS)
+                 if (folder / DECISION_BY_INTENT).is_file() else None)
     for part, value in ((PROVENANCE, provenance), (STUDY_SUMMARY, study), (SNIPPET, snippet)):
         if value is not None and not isinstance(value, dict):
             raise BundleError(f"{folder / part}: expected a JSON object, got "
@@ -241,7 +258,9 @@ def load_bundle(folder: Path | str) -> Results:
         test_arms=frame(TEST_ARMS, ("name",)),
         test_per_query=_per_search(folder / TEST),
         test_runs=_line_counts(folder / TEST_RUNS),
-        snippet=snippet, audit=frame(ISOLATION_AUDIT, AUDIT_COLUMNS),
+        snippet=snippet, decision=frame(DECISION, DECISION_COLUMNS),
+        decision_by_intent=by_intent, decision_notes=decision_notes,
+        audit=frame(ISOLATION_AUDIT, AUDIT_COLUMNS),
         funnel=_funnel(*funnels.values()),
         missing=tuple(p for p in PARTS if p not in present),
         explore=_explore(folder))

@@ -21,6 +21,10 @@ from msprlab.experiments.bundle import (
     TEST_COMPARISON,
     TEST_FUNNEL,
 )
+from msprlab.experiments.decision.render import HEADER as DECISION_HEADER
+from msprlab.experiments.decision.render import caption as decision_caption
+from msprlab.experiments.decision.render import cells as decision_cells
+from msprlab.experiments.decision.render import exploratory_caption
 
 from ._format import (
     ALPHA,
@@ -64,9 +68,38 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
 def _legend(comparison: pl.DataFrame, min_support: object) -> list[str]:
     floor = f"{min_support} " if min_support is not None else "the minimum support of "
     return [f"{LOW_SUPPORT_MARK}: fewer than {floor}queries with a relevant memory in the "
-            "group: read with care. Significant: the adjusted p of the paired t-test (t) or "
-            f"of the paired permutation test (perm) is below {ALPHA}.", "",
+            "group: read with care. Exploratory: significant = the row's adjusted p (one "
+            f"test per row, corrected within its breakdown) is below {ALPHA}.", "",
             *(f"- {line}" for line in methods(comparison))]
+
+
+def _decision_section(results: Results, min_support: object) -> list[str]:
+    """The verdict table first: the confirmatory verdicts, the exploratory per-intent ones,
+    and what the recommended configuration changes (the same cells and captions as the
+    console's)."""
+    out = ["## Decision: a verdict per candidate (confirmatory)", ""]
+    table = results.decision
+    if table is None:
+        return [*out, "Not in this bundle: it was written before the decision table.", ""]
+    labels = label_source(results.provenance)
+    support = int(min_support) if isinstance(min_support, int) else 30
+    out += _table(DECISION_HEADER, decision_cells(table),
+                  right=[False, False, True, True, True, True, True, True, False, False])
+    out += ["", decision_caption(table, min_support=support, labels=labels), ""]
+    notes = (results.decision_notes or {}).get("notes") or []
+    out += [f"- recommended configuration ({SNIPPET}): {n}" for n in notes]
+    for r in (results.decision_notes or {}).get("recommended") or []:
+        out.append(f"- recommended against {r['reference']}: Δ {fmt_delta(r['delta'])} "
+                   f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)} ({r['note']})")
+    if notes:
+        out.append("")
+    by_intent = results.decision_by_intent
+    if by_intent is not None and by_intent.height:
+        out += ["### Exploratory: the same verdicts per intent group", ""]
+        out += _table(DECISION_HEADER, decision_cells(by_intent),
+                      right=[False, False, True, True, True, True, True, True, False, False])
+        out += ["", exploratory_caption(by_intent, labels=labels), ""]
+    return out
 
 
 def _test_section(results: Results, metric: str, min_support: object) -> list[str]:
@@ -76,8 +109,7 @@ def _test_section(results: Results, metric: str, min_support: object) -> list[st
     if comparison is None:
         return [*out, f"Not in this bundle (no {TEST_COMPARISON}): the weight search "
                 "was not run (`msprlab ablate` writes no test window comparison).", ""]
-    header = ["group", "n", "off", "tuned", "Δ", "95% CI of Δ", "p t (adj)",
-              "p perm (adj)", "significant"]
+    header = ["group", "n", "off", "tuned", "Δ", "CI of Δ", "p (adj)", "significant"]
     for group_by, title in (("intent", "By intent label"),
                             ("question_type", "By question type")):
         rows = comparison_rows(comparison.filter(pl.col("arm") == "tuned")
@@ -85,8 +117,8 @@ def _test_section(results: Results, metric: str, min_support: object) -> list[st
                                else comparison, metric, ("overall", group_by))
         out += [f"### {title}", ""]
         out += _table(header, [[r.label, r.n, r.mean_base, r.mean_arm, r.delta, r.ci, r.p_t,
-                                r.p_perm, r.significant] for r in rows],
-                      right=[False, *([True] * 7), False])
+                                r.significant] for r in rows],
+                      right=[False, *([True] * 6), False])
         out.append("")
     return [*out, *_legend(comparison, min_support), ""]
 
@@ -111,7 +143,7 @@ def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
                 cells.append("–")
                 continue
             r = hit.row(0, named=True)
-            marks = significance(r["p_t_adj"], r["p_perm_adj"])
+            marks = significance(r["p_t_adj"])
             cells.append(f"{fmt_delta(r['delta'])} "
                          f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}"
                          + (f" ({marks})" if marks else ""))
@@ -226,6 +258,7 @@ def render_markdown(results: Results) -> str:
     if results.missing:
         out += ["Not in this bundle: " + ", ".join(f"`{m}`" for m in results.missing) + ".",
                 ""]
+    out += _decision_section(results, min_support)
     if metric is not None:
         out += _test_section(results, metric, min_support)
     out += _ablation_section(results, metrics)

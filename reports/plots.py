@@ -73,7 +73,7 @@ def ablation_chart(comparison: pl.DataFrame, metric: str, alpha: float = 0.05) -
     whiskers, one panel per grouping (overall, intent, question type).
 
     Groups below the minimum support are drawn faded and their label ends in "†"; a bar
-    with an adjusted p (`p_t_adj` or `p_perm_adj`) below `alpha` gets a "*" past its
+    with an adjusted p (`p_t_adj`) below `alpha` gets a "*" past its
     whisker.
     """
     rows = comparison.filter(pl.col("metric") == metric)
@@ -113,7 +113,7 @@ def ablation_chart(comparison: pl.DataFrame, metric: str, alpha: float = 0.05) -
                             error_kw={"elinewidth": 0.8, "capsize": 1.5, "ecolor": "#333333"},
                             label=None if arm in labelled else arm)
                     labelled.add(arm)
-                    if any(_finite(p) and p < alpha for p in (r["p_t_adj"], r["p_perm_adj"])):
+                    if _finite(r["p_t_adj"]) and r["p_t_adj"] < alpha:
                         end = r["ci_high"] if _finite(r["ci_high"]) else r["delta"]
                         ax.text(max(end, r["delta"]), y, " *", va="center", fontsize=8)
             ax.set_yticks(range(len(groups)), [

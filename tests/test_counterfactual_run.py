@@ -43,10 +43,13 @@ def test_a_verdict_run_estimates_the_position_bias_and_each_arm(contextkit_world
     assert "clip 0.1" in printed and "8 question resamples" in printed
     (bundle,) = (tmp_path / "results").iterdir()
     estimates = pl.read_parquet(bundle / "counterfactual" / "estimates.parquet")
-    assert set(estimates["arm"]) == {"off", "on-zero", "personal"}
+    # the ladder and the side-effect arms (on-zero less one recording block)
+    assert set(estimates["arm"]) == {"off", "on-zero", "personal", "no-feedback",
+                                     "no-success", "no-frequency"}
     assert set(estimates["estimator"]) == {"snips", "ips"}
     changes = pl.read_parquet(bundle / "counterfactual" / "changes.parquet")
-    assert set(changes.filter(pl.col("reference") == "off")["arm"]) == {"on-zero", "personal"}
+    assert {"on-zero", "personal"} <= set(changes.filter(pl.col("reference") == "off")["arm"])
+    assert "on-zero" in set(changes.filter(pl.col("reference") == "no-feedback")["arm"])
     curve = pl.read_parquet(bundle / "counterfactual" / "position_bias.parquet")
     assert curve["examination"][0] == 1.0 and curve.height == 10
     assert (bundle / "counterfactual" / "position_bias.png").read_bytes()[:4] == b"\x89PNG"

@@ -153,6 +153,7 @@ def test_degenerate_estimates() -> None:
     zero = paired_estimate(np.ones(10), np.ones(10))
     assert zero.identical and not zero.testable and zero.delta == 0
     assert math.isnan(two_sided_p(zero)) and interval(zero, 0.95) == (0.0, 0.0)
+    assert math.isnan(mde(zero, 0.05, 0.8))
     shift = paired_estimate(np.full(10, 0.3), np.full(10, 0.2))
     assert not shift.testable and not shift.identical
     assert "the same" in shift.why_untestable

@@ -32,8 +32,9 @@ def verdict(*candidates: Candidate, settings: DecisionSettings = SETTINGS) -> li
 
 
 def test_each_verdict_of_the_rule() -> None:
-    fails = Guardrail("intent=FACTUAL", False, "lower bound -0.02 <= -0.01")
-    holds = Guardrail("intent=UNKNOWN", True, "lower bound +0.01 > -0.01")
+    fails = Guardrail("intent=FACTUAL", "fails", "upper bound -0.02 < -0.01")
+    holds = Guardrail("intent=UNKNOWN", "holds", "lower bound +0.01 > -0.01")
+    unsure = Guardrail("question_type=multi-hop", "unresolved", "lower bound -0.011 <= -0.01")
     rows = verdict(
         Candidate("better", "off", Estimate(0.09, 0.015, 297, 298, 298), (holds,)),
         Candidate("worse", "off", Estimate(-0.014, 0.004, 297, 298, 298)),
@@ -42,11 +43,14 @@ def test_each_verdict_of_the_rule() -> None:
         Candidate("unsure", "on-zero", Estimate(0.01, 0.02, 297, 298, 298)),
         Candidate("identical", "no-success", Estimate(0.0, 0.0, 297, 298, 298,
                                                       identical=True)),
-        Candidate("alone", "off", Estimate(0.3, math.nan, 0, 1, 1)))
+        Candidate("alone", "off", Estimate(0.3, math.nan, 0, 1, 1)),
+        Candidate("better-open", "off", Estimate(0.09, 0.015, 297, 298, 298), (holds, unsure)),
+        Candidate("same-open", "off", Estimate(0.0008, 0.0011, 297, 298, 298), (unsure,)))
     assert rows == [("better", "ship", None), ("worse", "don't ship", None),
                     ("better-but", "don't ship", "intent=FACTUAL"),
                     ("same", "no effect", None), ("unsure", "inconclusive", None),
-                    ("identical", "no effect", None), ("alone", "not tested", None)]
+                    ("identical", "no effect", None), ("alone", "not tested", None),
+                    ("better-open", "inconclusive", None), ("same-open", "inconclusive", None)]
 
 
 def test_family_counts_only_tested_rows_and_sets_the_level() -> None:
@@ -65,9 +69,30 @@ def test_family_counts_only_tested_rows_and_sets_the_level() -> None:
     assert f"{inconclusive['mde']:.4f}" in inconclusive["reason"]
 
 
+def test_the_reason_of_an_unresolved_guardrail_names_it() -> None:
+    table = decide([Candidate("x", "off", Estimate(0.05, 0.01, 99, 100, 100),
+                              (Guardrail("question_type=multi-hop", "unresolved",
+                                         "n 40, lower bound -0.011 <= -0.01"),))],
+                   SETTINGS, metric="m")
+    assert table["verdict"][0] == "inconclusive"
+    assert table["reason"][0].startswith("a significant improvement")
+    assert "guardrail unresolved: question_type=multi-hop (n 40" in table["reason"][0]
+    with pytest.raises(ValueError, match="state must be one of"):
+        Guardrail("g", "maybe", "")
+
+
+def test_group_guardrail_states() -> None:
+    from msprlab.experiments.decision import noninferior
+    holds = noninferior(Estimate(0.01, 0.005, 99, 100, 100), 0.01, 0.05)
+    fails = noninferior(Estimate(-0.05, 0.01, 99, 100, 100), 0.01, 0.05)
+    open_ = noninferior(Estimate(0.0, 0.01, 99, 100, 100), 0.01, 0.05)
+    assert [holds[0], fails[0], open_[0]] == ["holds", "fails", "unresolved"]
+    assert fails[2] < -0.01 < holds[1]
+
+
 def test_the_reason_names_the_harm_and_the_guardrail() -> None:
     table = decide([Candidate("x", "off", Estimate(-0.05, 0.01, 99, 100, 100),
-                              (Guardrail("g", False, "why"),))], SETTINGS, metric="m")
+                              (Guardrail("g", "fails", "why"),))], SETTINGS, metric="m")
     assert table["reason"][0].startswith("significant harm")
     assert table["failed_guardrail"][0] == "g"  # named even where the harm decides
 
@@ -101,7 +126,7 @@ def test_confirmatory_family_from_frames() -> None:
                    "record-success": ("no-success", "no effect"),
                    "record-frequency": ("no-frequency", "don't ship")}
     assert table["family_size"].unique().to_list() == [4]  # record-success is identical
-    assert table.filter(pl.col("candidate") == "tuned")["guardrails"][0].count("holds") == 3
+    assert table.filter(pl.col("candidate") == "tuned")["guardrails"][0].count(": holds") == 3
     # per search with two searches per query: the same deltas, n counts searches
     search = confirmatory(frames, DecisionSettings(unit="search"), metric="ndcg@10",
                           min_support=30)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -63,6 +64,8 @@ def test_shipped_definitions_load() -> None:
         cfg = load_experiment(name)
         assert cfg.metrics.primary in cfg.metrics.names
         assert len(cfg.digest()) == 64
+        assert "decision" in cfg.raw  # every shipped definition states its decision rule
+        assert cfg.decision.metric == cfg.metrics.primary
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -76,6 +79,16 @@ def test_shipped_definitions_load() -> None:
     ("[split]\ntest_fraction = 1.5\n", "test_fraction must be in (0, 1)"),
     ("[tune]\nsampler = 'grid'\n", "tune.sampler: 'grid' is not one of tpe, cmaes, random"),
     ("[tune]\ntrials = 'many'\n", "tune.trials: expected int"),
+    ("[decision]\nmargin = 0.01\n", "decision: unknown key 'margin'; known keys: metric, unit"),
+    ("[decision]\nalpha = 0.7\n", "decision.alpha: `0 < alpha < 0.5` must hold, but got 0.7"),
+    ("[decision]\npower = 0.01\n", "decision.power: `alpha < power < 1`"),
+    ("[decision]\nunit = 'session'\n", "decision.unit: 'session' is not one of query, search"),
+    ("[decision]\nreference = 'bm25'\n", "decision.reference: 'bm25' is not one of off"),
+    ("[decision]\nequivalence_margin = 0\n", "decision.equivalence_margin: `0 < "),
+    ("[decision]\nnoninferiority_margin = 2\n", "decision.noninferiority_margin: `0 < "),
+    ("[decision]\nguardrails = ['seen']\n", "decision.guardrails: 'seen' is not one of"),
+    ("[decision]\nmetric = 'map'\n", "decision.metric 'map' must be one of metrics.names"),
+    ("[decision]\nalpha = 'low'\n", "decision.alpha: expected float"),
 ])
 def test_bad_definitions_name_the_key(tmp_path, text, message) -> None:
     path = tmp_path / "bad.toml"
@@ -153,6 +166,9 @@ def test_ablate_end_to_end(tmp_path, capsys) -> None:
     assert set(comparison["unit"]) == {"query", "search"}
     effects = pl.read_parquet(bundle / "ablation" / "side_effects.parquet")
     assert set(effects["block"]) == {"feedback", "success", "frequency"}
+    for column in ("delta", "ci_low", "ci_high"):  # no -0.0 where nothing moved
+        values = effects[column].drop_nans().drop_nulls().to_numpy()
+        assert not (np.signbit(values) & (values == 0)).any(), column
     arms = pl.read_parquet(bundle / "ablation" / "arms.parquet")
     assert arms.filter(pl.col("name") == "off")["mspr"].to_list() == [False]
     match = pl.read_parquet(bundle / "ablation" / "match.parquet")

@@ -40,8 +40,7 @@ GATE = """
 experiments = ["tiny.toml"]
 metrics = ["ndcg@10", "recall@10"]
 margin = 0.005
-min_support = 20
-bootstrap = 500
+min_support = 10
 baseline_dir = "baseline"
 [ranker.context_graph.retrieval]
 beta_bm25 = 0.4

@@ -76,8 +76,8 @@ def test_fixture_bundle_is_complete_and_small():
     assert results.side_effects is not None and set(results.side_effects["block"]) == {
         "feedback", "success", "frequency"}
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    # 225 KB since the two funnel summaries (~18 KB) joined; keep the fixtures small.
-    assert size < 225_000, f"report fixtures hold {size:,} bytes; keep them under 225 KB"
+    # 260 KB since the decision's verdicts (~30 KB) joined; keep the fixtures small.
+    assert size < 260_000, f"report fixtures hold {size:,} bytes; keep them under 260 KB"
 
 
 def test_not_a_bundle_names_the_files_looked_for(tmp_path: Path):
@@ -126,12 +126,11 @@ def test_malformed_json_is_an_error_naming_the_file(bundle: Path):
 
 # ---- formatting and the study view ---------------------------------------------------------
 
-@pytest.mark.parametrize(("p_t", "p_perm", "marks"), [
-    (0.01, 0.2, "t"), (0.2, 0.01, "perm"), (0.049, 0.001, "t, perm"), (0.05, 0.05, ""),
-    (math.nan, 0.01, "perm"), (None, None, ""),
+@pytest.mark.parametrize(("p_adj", "marks"), [
+    (0.01, "yes"), (0.049, "yes"), (0.05, ""), (0.2, ""), (math.nan, ""), (None, ""),
 ])
-def test_significance_marks_adjusted_tests_below_alpha(p_t, p_perm, marks):
-    assert significance(p_t, p_perm) == marks
+def test_significance_marks_an_adjusted_p_below_alpha(p_adj, marks):
+    assert significance(p_adj) == marks
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -186,7 +185,7 @@ def test_markdown_holds_headline_tables_and_provenance():
     for needle in ("### By intent label", "### By question type",
                    "## Ablation: change against off, overall (per query)",
                    "| EXPLORATORY † | 2 |",            # below the minimum support of 10
-                   "Holm over 18 tested rows",          # the method, from the frame
+                   "Bonferroni over the 2 tested rows by intent of ndcg@10",  # the method
                    "## Side effects at zero weight (ndcg@10)",
                    "| feedback | per query | 40 |",
                    "## Stage funnel (per query, test window)",
@@ -209,7 +208,8 @@ def test_html_is_self_contained_with_png_images(fixture_html: str):
     assert all(b"Software" not in p and b"matplotlib" not in p for p in pngs)
     for needle in ("1. Test window", "2. Ablation ladder", "3. Weight search",
                    "4. Recommended weights", "5. Isolation audit", "6. Provenance",
-                   "&#34;beta_bm25&#34;: 0.62", "Holm over 18 tested rows",
+                   "&#34;beta_bm25&#34;: 0.62",
+                   "Bonferroni over the 2 tested rows by intent of ndcg@10",
                    '<th colspan="4">strict</th>',
                    "PED-ANOVA (optuna.importance)", "best trial (41)",
                    "Side effects at zero weight (ndcg@10)", "searches whose top 10 changed",
@@ -330,7 +330,7 @@ def test_missing_parts_render_with_a_note(bundle: Path, remove, html_note, md_no
 
 
 def test_an_ablate_bundle_renders_its_ablation(bundle: Path):
-    for part in ("study", "test", "best_weights.contextkit.json", "isolation"):
+    for part in ("study", "test", "best_weights.contextkit.json", "isolation", "decision"):
         path = bundle / part
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     html = render_html(load_bundle(bundle))

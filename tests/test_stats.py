@@ -1,4 +1,5 @@
-"""Aggregation with bootstrap CIs, paired comparisons, multiple-testing corrections."""
+"""Aggregation with bootstrap CIs, multiple-testing corrections (paired comparisons:
+test_compare.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,7 @@ import pytest
 from polars.testing import assert_frame_equal
 from scipy import stats as scipy_stats
 
-from msprlab.experiments.measures.stats import (
-    adjust_pvalues,
-    aggregate,
-    compare,
-    holm,
-    noninferior,
-    permutation_count,
-)
+from msprlab.experiments.measures.stats import adjust_pvalues, aggregate, holm, noninferior
 
 pytestmark = pytest.mark.filterwarnings("error")  # degenerate cells must not warn
 
@@ -136,94 +130,6 @@ def test_adjust_pvalues_bh_is_scipys_and_skips_nan() -> None:
         np.testing.assert_array_equal(out[1:-1], adjust_pvalues(p, method))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="correction must be 'holm' or 'bh', got 'bonf'"):
         adjust_pvalues(p, "bonf")  # type: ignore[arg-type]
-
-
-def arms_for(base: pl.DataFrame, seed: int) -> dict[str, pl.DataFrame]:
-    rng = np.random.default_rng(seed)
-    noise = rng.normal(0, 0.05, (2, base.height))
-    return {
-        "better": base.with_columns(pl.col("ndcg@10") + 0.05 + noise[0], pl.col("mrr")),
-        "same": base.with_columns(pl.col("ndcg@10") + noise[1], pl.col("mrr")),
-    }
-
-
-def test_compare_finds_a_clear_effect_and_not_a_null_one() -> None:
-    base = one_search_per_query(3, n=400)
-    table = compare(base, arms_for(base, 3), metric_cols=METRICS, n_resamples=999)
-    assert table.height == 2 * 7 * 2  # arms x groups x metrics
-    better = table.filter(arm="better", group_by="overall", metric="ndcg@10").row(0, named=True)
-    assert better["delta"] == pytest.approx(better["mean_arm"] - better["mean_base"], abs=1e-12)
-    assert better["ci_low"] < better["delta"] < better["ci_high"]
-    assert better["ci_low"] > 0.04 and better["ci_high"] < 0.06
-    # Tested: ndcg@10 (mrr is unchanged) in both arms and the 6 groups with n >= 30.
-    assert table["tested"].sum() == 2 * 6 and permutation_count(12) == 9999
-    assert better["p_t"] < 1e-10 and better["p_perm"] == pytest.approx(2 / 10_000)
-    assert better["p_t_adj"] < 1e-8
-    same = table.filter(arm="same", group_by="overall", metric="ndcg@10").row(0, named=True)
-    assert same["ci_low"] < 0 < same["ci_high"]
-    assert same["p_t"] > 0.2 and same["p_perm"] > 0.2
-    # mrr is unchanged in both arms: zero differences, p = 1, zero-width CI.
-    unchanged = table.filter(metric="mrr")
-    assert (unchanged["p_t"] == 1).all() and (unchanged["p_perm"] == 1).all()
-    assert (unchanged["ci_low"] == 0).all() and (unchanged["ci_high"] == 0).all()
-    assert table["correction"][0] == ("Holm over 12 tested rows (n_queries >= 30, differences "
-                                      "not all zero)")
-
-
-def test_compare_corrects_over_the_whole_family() -> None:
-    base = one_search_per_query(4, n=200)
-    for correction in ("holm", "bh"):
-        table = compare(base, arms_for(base, 4), metric_cols=METRICS, n_resamples=200,
-                        correction=correction)  # type: ignore[arg-type]
-        tested = table["tested"].to_numpy()
-        for raw, adjusted in (("p_t", "p_t_adj"), ("p_perm", "p_perm_adj")):
-            np.testing.assert_array_equal(
-                table[adjusted].to_numpy()[tested],
-                adjust_pvalues(table[raw].to_numpy()[tested], correction))  # type: ignore[arg-type]
-            assert np.isnan(table[adjusted].to_numpy()[~tested]).all()
-            assert (table.filter("tested")[adjusted] >= table.filter("tested")[raw]).all()
-
-
-def test_compare_is_deterministic_and_pairs_by_key() -> None:
-    base = one_search_per_query(5, n=150)
-    arms = arms_for(base, 5)
-    first = compare(base, arms, metric_cols=METRICS, n_resamples=200, seed=1)
-    assert_frame_equal(first, compare(base, arms, metric_cols=METRICS, n_resamples=200, seed=1))
-    shuffled = {name: arm.sample(fraction=1.0, shuffle=True, seed=0) for name, arm in arms.items()}
-    assert_frame_equal(first, compare(base, shuffled, metric_cols=METRICS, n_resamples=200,
-                                      seed=1))
-    alone = compare(base, {"same": arms["same"]}, metric_cols=METRICS, n_resamples=200, seed=1)
-    assert_frame_equal(alone.drop("p_t_adj", "p_perm_adj", "correction"),
-                       first.filter(arm="same").drop("p_t_adj", "p_perm_adj", "correction"))
-
-
-def test_compare_degenerate_cells() -> None:
-    base = pl.DataFrame({"search": [0, 1, 2, 3, 4], "query_id": ["q0", "q1", "q2", "q3", "q4"],
-                         "intent": ["a", "b", "b", "c", "c"],
-                         "ndcg@10": [0.1, 0.2, 0.4, 0.5, math.nan]})
-    arm = base.with_columns(pl.col("ndcg@10") + 0.1)  # a constant shift
-    table = compare(base, {"shift": arm}, metric_cols=["ndcg@10"], group_cols=["intent"],
-                    n_resamples=100)
-    rows = {row["group"]: row for row in table.iter_rows(named=True)}
-    assert rows["a"]["n"] == 1 and rows["a"]["delta"] == pytest.approx(0.1)
-    assert math.isnan(rows["a"]["p_t"]) and math.isnan(rows["a"]["ci_low"])
-    assert math.isnan(rows["b"]["p_t"])  # zero variance of the differences: t undefined
-    assert rows["b"]["ci_low"] == pytest.approx(0.1) == rows["b"]["ci_high"]
-    assert rows["b"]["p_perm"] == pytest.approx(0.5)  # exact: 2 of the 4 sign flips as extreme
-    assert (rows["c"]["n"], rows["c"]["n_no_relevant"]) == (1, 1)
-    assert rows["overall"]["low_support"]
-
-
-@pytest.mark.parametrize(("arm", "message"), [
-    (lambda b: b.filter(pl.col("search") > 0), r"base: 1 search value\(s\) missing on the "
-                                               r"other side \(e.g. 0\)"),
-    (lambda b: pl.concat([b, b.head(1)]), r"arm 'x': 'search' must identify one search"),
-    (lambda b: b.drop("mrr"), r"arm 'x': missing column\(s\) \['mrr'\]"),
-])
-def test_compare_bad_input(arm, message) -> None:  # type: ignore[no-untyped-def]
-    base = one_search_per_query(6, n=20)
-    with pytest.raises(ValueError, match=message):
-        compare(base, {"x": arm(base)}, metric_cols=METRICS, n_resamples=10)
 
 
 def test_noninferior_gate() -> None:

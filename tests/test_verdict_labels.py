@@ -5,6 +5,7 @@ ingested from ContextKit artifacts scored on them end to end."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -64,6 +65,23 @@ def test_occurrences_open_at_the_first_verdict_and_close_after_the_window() -> N
     assert qrels == {("h1#0", "m1"): 0, ("h1#0", "m2"): 0, ("h1#1", "m1"): 1,
                      ("h1#2", "m3"): 1, ("h2#0", "m9"): 1}
     assert rel.verdicts == 5 and rel.without_query == rel.without_owner == 0
+
+
+def test_one_user_from_two_agents_or_runs_is_two_searches() -> None:
+    ds = verdicts([(0, "u", "h1", "m1", True), (2, "u", "h1", "m2", True),
+                   (4, "u", "h1", "m3", False)])
+    scoped = ds.events.with_columns(
+        agent_id=pl.when(pl.col("memory_id") == "m2").then(pl.lit("agent-b"))
+        .otherwise(pl.lit("agent-a")),
+        run_id=pl.when(pl.col("memory_id") == "m3").then(pl.lit("run-2"))
+        .otherwise(pl.lit("run-1")))
+    rel = relabel(replace(ds, events=scoped), window=30 * MIN, limit=10)
+    searches = rel.dataset.events.filter(pl.col("kind") == "search").sort("ts")
+    # Within one window, yet three owner scopes: three searches, each in its own scope.
+    assert searches.select("agent_id", "run_id").rows() == [
+        ("agent-a", "run-1"), ("agent-b", "run-1"), ("agent-a", "run-2")]
+    assert sorted(rel.dataset.qrels.select("query_id", "memory_id").rows()) == [
+        ("h1#0", "m1"), ("h1#1", "m2"), ("h1#2", "m3")]
 
 
 def test_verdicts_without_a_query_or_an_owner_are_counted_not_dropped() -> None:

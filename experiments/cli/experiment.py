@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -40,6 +42,7 @@ from ..measures.scoring import Arm, arm_of
 from ..recovery import planted_recovery
 from ..reporter import Reporter
 from ..stages.ablate import ablation_stage
+from ..stages.decide import decision_stage
 from ..stages.held_out import held_out_stage
 from ..stages.isolation import isolation_stage
 from ..stages.prepare import prepare_store
@@ -75,48 +78,71 @@ def _reporter(args: argparse.Namespace, cfg: ExperimentConfig, console: Console,
 
 
 def _ablate(out: Reporter, cfg: ExperimentConfig, prepared: Prepared,
-            arms: ExperimentArms) -> None:
-    """The ladder, its isolation audit and the reference rankers (SciFact: plain BM25)."""
+            arms: ExperimentArms) -> _Measured:
+    """The ladder, its isolation audit and the reference rankers (SciFact: plain BM25),
+    measured; returns what prints, logs and bundles them (after the verdicts)."""
     ablation = ablation_stage(cfg, prepared, arms)
-    out.ablation(prepared, ablation)
-    out.isolation(ablation, isolation_stage(cfg, prepared, arms.ladder,
-                                            progress=out.progress()))
-    out.references(prepared, reference_stage(cfg, prepared, ablation.result))
-    if cfg.dataset.source == "scifact":
-        out.bm25_sanity(bm25_sanity(prepared))
+    audit = isolation_stage(cfg, prepared, arms.ladder, progress=out.progress())
+    refs = reference_stage(cfg, prepared, ablation.result)
+    sanity = bm25_sanity(prepared) if cfg.dataset.source == "scifact" else None
+
+    def report() -> None:
+        out.ablation(prepared, ablation)
+        out.isolation(ablation, audit)
+        out.references(prepared, refs)
+        if sanity is not None:
+            out.bm25_sanity(sanity)
+    return _Measured(report, dict(ablation.result.per_search))
 
 
 def _tune(out: Reporter, cfg: ExperimentConfig, prepared: Prepared, arms: ExperimentArms,
-          args: argparse.Namespace) -> Arm:
+          args: argparse.Namespace) -> _Measured:
     """The weight search on the train window, its best weights once on the test window,
-    and (a world with planted weights) their recovery."""
+    and (a world with planted weights) their recovery, measured; the report after the
+    verdicts, with the recommended snippet in place of the tuned one."""
     plan = plan_search(cfg, prepared, trials=args.trials, storage=args.storage,
                        workers=args.workers, sampler=args.sampler,
                        switch_sampler=args.switch_sampler, study=args.study)
     with out.study_run(plan) as hooks:
         tuned = search_weights(cfg, prepared, plan, hooks)
         out.study(plan, tuned)
-    out.tuned(plan, tuned)
-    out.held_out(prepared, held_out_stage(cfg, prepared, arms, plan.test_scorer, tuned.best,
-                                          tuned.snippet, plan.metrics))
-    out.recovery(planted_recovery(prepared.store, prepared.dataset.digest, plan.test_scorer,
-                                  tuned.best, cfg.metrics.primary))
-    return tuned.best
+    held = held_out_stage(cfg, prepared, arms, plan.test_scorer, tuned.best, tuned.snippet,
+                          plan.metrics)
+    recovery = planted_recovery(prepared.store, prepared.dataset.digest, plan.test_scorer,
+                                tuned.best, cfg.metrics.primary)
+
+    def report(snippet: dict[str, Any] | None = None) -> None:
+        out.tuned(plan, tuned)
+        out.held_out(prepared, held if snippet is None else replace(held, snippet=snippet))
+        out.recovery(recovery)
+    return _Measured(report, dict(held.frames), tuned.snippet, tuned.best)
 
 
-def _counterfactual(out: Reporter, cfg: ExperimentConfig, prepared: Prepared,
-                    arms: ExperimentArms, tuned: Arm | None) -> None:
+def _counterfactual(cfg: ExperimentConfig, prepared: Prepared, arms: ExperimentArms,
+                    best: Arm | None, progress: Any) -> Any:
     """Verdict labels: the position bias of the log and each arm's IPS and SNIPS nDCG@10
-    on the test window (`experiments.counterfactual`)."""
+    on the test window (`experiments.counterfactual`); None otherwise."""
     if prepared.labels.source != VERDICT_LABELS or not cfg.counterfactual.enabled:
-        return
+        return None
     from ..counterfactual.stage import PRODUCTION, counterfactual_stage, settings_of
-    scored = {name: arm_of(name, config) for name, config in arms.ladder.items()}
-    if tuned is not None:
-        scored[PRODUCTION] = replace(tuned, name=PRODUCTION)
-    out.counterfactual(prepared, counterfactual_stage(
-        prepared, cfg.engine, scored, settings_of(cfg.counterfactual, cfg.seed),
-        raw_metric=cfg.metrics.primary, progress=out.progress()))
+    scored = {name: arm_of(name, config) for name, config in
+              {**arms.ladder, **arms.effects}.items()}
+    if best is not None:
+        scored[PRODUCTION] = replace(best, name=PRODUCTION)
+    return counterfactual_stage(prepared, cfg.engine, scored,
+                                settings_of(cfg.counterfactual, cfg.seed),
+                                raw_metric=cfg.metrics.primary, progress=progress)
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """A part of the experiment, measured: what reports it, and its per-search frames on
+    the test window (arm -> frame) for the verdicts; the tuned snippet and arm."""
+
+    report: Callable[..., None]
+    frames: dict[str, pl.DataFrame]
+    snippet: dict[str, Any] | None = None
+    best: Arm | None = None
 
 
 def _command(args: argparse.Namespace, which: str) -> int:
@@ -137,13 +163,26 @@ def _command(args: argparse.Namespace, which: str) -> int:
             out.prepared(prepared)
             out.fidelity(prepared)
             with out.parent_run(which, prepared):
-                tuned = None
-                if which in ("ablate", "run"):
-                    _ablate(out, cfg, prepared, arms)
-                if which in ("tune", "run"):
-                    tuned = _tune(out, cfg, prepared, arms, args)
-                if which in ("ablate", "run"):
-                    _counterfactual(out, cfg, prepared, arms, tuned)
+                # Everything is measured first, so that the verdicts print before the detail.
+                ablated = _ablate(out, cfg, prepared, arms) if which in ("ablate", "run") \
+                    else None
+                tuned = _tune(out, cfg, prepared, arms, args) if which in ("tune", "run") \
+                    else None
+                frames = {**(tuned.frames if tuned else {}),
+                          **(ablated.frames if ablated else {})}
+                estimates = _counterfactual(cfg, prepared, arms,
+                                            tuned.best if tuned else None, progress) \
+                    if ablated is not None else None
+                decision = decision_stage(cfg, prepared, frames,
+                                          snippet=tuned.snippet if tuned else None,
+                                          best=tuned.best if tuned else None)
+                out.decision(prepared, decision)
+                if ablated is not None:
+                    ablated.report()
+                if tuned is not None:
+                    tuned.report(decision.snippet)
+                if estimates is not None:
+                    out.counterfactual(prepared, estimates)
                 out.finish(started)
     except (*USER_ERRORS, FileNotFoundError) as exc:
         if out is not None:

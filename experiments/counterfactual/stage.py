@@ -148,7 +148,8 @@ def counterfactual_stage(prepared: Prepared, production: EngineConfig, arms: Map
                             searches=test_table.searches.select("search", "question"))
     estimates = counterfactual(_clicked(test_logged, settings.truncated), curve, rankings,
                                k=settings.k, clip=settings.clip,
-                               references=("off", "on-zero"),
+                               references=("off", "on-zero", *(
+                                   name for name in arms if name.startswith("no-"))),
                                max_unshown=settings.max_unshown)
     raw = {name: raw_mean(tables[name], arm, raw_metric) for name, arm in arms.items()}
     return CounterfactualResult(curve, logged, test_logged, estimates, settings, raw,

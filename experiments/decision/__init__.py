@@ -5,7 +5,7 @@ estimate of its own with a standard error):
 
     paired_estimate(candidate, reference, searches=None, unit="query") -> Estimate
     Estimate(delta, se, df, n, n_queries) / Estimate.of_contributions(values)
-    Candidate(name, reference, estimate, guardrails=(Guardrail(name, holds, detail), ...))
+    Candidate(name, reference, estimate, guardrails=(Guardrail(name, state, detail), ...))
     decide(candidates, DecisionSettings(...), metric=...) -> one row per candidate:
         delta, ci_low, ci_high (Bonferroni-paired), p, p_adj, family_size, margins, mde,
         verdict, reason, failed_guardrail (`rule.COLUMNS`)

@@ -202,14 +202,12 @@ def mde(estimate: Estimate, alpha: float, power: float) -> float:
     detects with probability `power`, at this row's se and df. For unit "query" it equals
     statsmodels' `TTestPower().solve_power(nobs=n, alpha=alpha, power=power)` (a Cohen's d)
     times the per-query sd; in general it is the noncentrality solving the power equation
-    of a t(df) test, times se."""
+    of a t(df) test, times se. NaN where the row cannot be tested."""
     if not (0 < alpha < 1 and alpha < power < 1):
         raise ValueError(f"`0 < alpha < power < 1` must hold, but got alpha {alpha} and "
                          f"power {power}")
-    if not (estimate.n_queries >= 2 and math.isfinite(estimate.se)):
+    if not estimate.testable:  # no variance (or too few queries): nothing to detect with
         return math.nan
-    if estimate.se == 0:
-        return 0.0
     df = estimate.df
     crit = float(stats.t.ppf(1 - alpha / 2, df))
     high = crit + float(stats.norm.ppf(power)) + 1.0

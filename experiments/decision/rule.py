@@ -12,16 +12,28 @@ success metric improves significantly and no guardrail is inferior beyond its ma
 Statsig rolls out, discusses, or does not roll out):
 
 1. **don't ship**: a significant harm (adjusted p < alpha, delta < 0);
-2. **don't ship**: a guardrail that fails, named (a group where a loss of the
-   non-inferiority margin cannot be ruled out, one-sided, not alpha-adjusted; with verdict
-   labels, a judged share below the configured fraction of the reference's);
-3. **ship**: a significant improvement (adjusted p < alpha, delta > 0), every guardrail
-   holding;
+2. **don't ship**: a guardrail that fails, named: a group shown inferior beyond the
+   non-inferiority margin (its one-sided 1 - alpha upper bound is below -margin; not
+   alpha-adjusted), or, with verdict labels, a judged share below the configured fraction
+   of the reference's;
+3. **ship**: a significant improvement (adjusted p < alpha, delta > 0) and every guardrail
+   holds (each group shown non-inferior: its one-sided 1 - alpha lower bound is above
+   -margin);
 4. **no effect**: equivalent within +-equivalence_margin by two one-sided tests at the
    family's level (adjusted TOST p < alpha: the 1 - 2 alpha / m interval lies inside the
-   margin);
-5. **inconclusive**: none of these; the minimum detectable effect (two-sided, at alpha / m
-   and the configured power, at this row's n) says how large an effect this data could see.
+   margin), and every guardrail holds;
+5. **inconclusive**: none of these: no significant difference and no equivalence (the
+   minimum detectable effect, two-sided at alpha / m and the configured power at this
+   row's n, says how large an effect this data could see), or a guardrail unresolved
+   (a group neither shown non-inferior nor shown inferior: too few queries to rule out a
+   loss of the margin; it is named).
+
+A guardrail has three states, not two: "holds" (non-inferiority shown), "fails" (inferiority
+beyond the margin shown) and "unresolved" (neither). Reading every unresolved group as a
+failure would turn an underpowered subgroup into "don't ship" whatever it shows (on LoCoMo,
+the 40 multi-hop questions would veto recording feedback, the largest gain measured, on a
+group delta of +0.008); reading it as holding would ship on hope. It blocks both ship and
+no effect, and the row says which group and why.
 
 A row that cannot be tested is outside the family: "no effect" when every per-query
 difference is exactly 0 (the arms rank alike on every query), "not tested" otherwise.
@@ -38,19 +50,27 @@ import polars as pl
 from .inference import Estimate, interval, mde, tost_p, two_sided_p
 from .settings import DecisionSettings
 
-__all__ = ["COLUMNS", "SCHEMA", "VERDICTS", "Candidate", "Guardrail", "decide"]
+__all__ = ["COLUMNS", "GUARDRAIL_STATES", "SCHEMA", "VERDICTS", "Candidate", "Guardrail", "decide"]
 
 VERDICTS = ("ship", "don't ship", "no effect", "inconclusive", "not tested")
 
 
+GUARDRAIL_STATES = ("holds", "unresolved", "fails")
+
+
 @dataclass(frozen=True)
 class Guardrail:
-    """One guardrail of a candidate: its name (`intent=FACTUAL`, `judged@10 share`), whether
-    it holds, and the figures behind it."""
+    """One guardrail of a candidate: its name (`intent=FACTUAL`, `judged@10 share`), its
+    state (`GUARDRAIL_STATES`: holds, unresolved, fails) and the figures behind it."""
 
     name: str
-    holds: bool
+    state: str
     detail: str
+
+    def __post_init__(self) -> None:
+        if self.state not in GUARDRAIL_STATES:
+            raise ValueError(f"guardrail {self.name!r}: state must be one of "
+                             f"{', '.join(GUARDRAIL_STATES)}, got {self.state!r}")
 
 
 @dataclass(frozen=True)
@@ -83,6 +103,7 @@ SCHEMA = {
     "equivalence_margin": pl.Float64, "p_tost_adj": pl.Float64,
     "noninferiority_margin": pl.Float64, "mde": pl.Float64, "power": pl.Float64,
     "verdict": pl.String, "reason": pl.String, "failed_guardrail": pl.String,
+    "unresolved_guardrail": pl.String,
     "guardrails": pl.String, "correction": pl.String, "test": pl.String,
     "interval": pl.String,
 }
@@ -100,25 +121,37 @@ def _adjusted(p: float, m: int) -> float:
 
 def _verdict(c: Candidate, p_adj: float, tost_adj: float, min_effect: float,
              settings: DecisionSettings) -> tuple[str, str, str]:
-    """(verdict, reason, failed guardrails) of one row, by the module's rule."""
+    """(verdict, reason, failed guardrails) of one row, by the module's rule (the
+    unresolved guardrails are the candidate's, `_unresolved`)."""
     e, alpha = c.estimate, settings.alpha
-    failed = [g for g in c.guardrails if not g.holds]
+    failed = [g for g in c.guardrails if g.state == "fails"]
+    open_ = [g for g in c.guardrails if g.state == "unresolved"]
     named = "; ".join(g.name for g in failed)
-    guardrail = "guardrail failed: " + "; ".join(f"{g.name} ({g.detail})" for g in failed)
+
+    def listed(prefix: str, guards: list[Guardrail]) -> str:
+        return prefix + "; ".join(f"{g.name} ({g.detail})" for g in guards)
+
     if not e.testable:
         if e.identical and e.n_queries >= 1:
             return "no effect", f"{e.why_untestable} (not tested, not in the family)", named
         if failed:
-            return "don't ship", f"{guardrail}; {e.why_untestable} (not tested)", named
+            return ("don't ship", listed("guardrail failed: ", failed)
+                    + f"; {e.why_untestable} (not tested)", named)
         return "not tested", e.why_untestable, named
     if p_adj < alpha and e.delta < 0:
         return "don't ship", f"significant harm (adjusted p {p_adj:.3g} < {alpha:g})", named
     if failed:
-        return "don't ship", guardrail, named
+        return "don't ship", listed("guardrail failed: ", failed), named
+    margin = settings.equivalence_margin
+    if open_:
+        what = ("a significant improvement (adjusted p " f"{p_adj:.3g})" if p_adj < alpha
+                else f"equivalence within +-{margin:g}" if tost_adj < alpha
+                else "no significant difference")
+        return ("inconclusive", listed(f"{what}, but guardrail unresolved: ", open_)
+                + "; more queries in that group would settle it", "")
     if p_adj < alpha:
         held = f", {len(c.guardrails)} guardrail(s) hold" if c.guardrails else ""
         return "ship", f"significant improvement (adjusted p {p_adj:.3g} < {alpha:g}){held}", ""
-    margin = settings.equivalence_margin
     if tost_adj < alpha:
         return ("no effect", f"equivalent within +-{margin:g} (two one-sided tests, adjusted "
                 f"p {tost_adj:.3g} < {alpha:g})", "")
@@ -159,7 +192,9 @@ def decide(candidates: Sequence[Candidate], settings: DecisionSettings, *, metri
                      level, p, p_adj, m, e.testable, alpha, settings.equivalence_margin,
                      tost_adj, settings.noninferiority_margin, min_effect, settings.power,
                      verdict, reason, failed or None,
-                     "; ".join(f"{g.name}: {'holds' if g.holds else 'FAILS'} ({g.detail})"
+                     "; ".join(g.name for g in c.guardrails if g.state == "unresolved")
+                     or None,
+                     "; ".join(f"{g.name}: {g.state} ({g.detail})"
                                for g in c.guardrails) or None,
                      correction, TESTS.get(e.unit, e.unit),
                      f"t-interval at {level:.2%}, from the test's standard error and df"))

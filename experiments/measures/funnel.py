@@ -11,6 +11,9 @@ candidate or not, the same denominator as recall):
   could do on this pool;
 - `achieved`: the arm's own value of the primary metric;
 - `lost`: 1 when the pool holds no relevant memory (lost before the rerank), else 0.
+  Aggregated per query it is the mean over questions of the share of each question's
+  searches that lost (not the share of questions that lost every search); per search, the
+  share of searches.
 
 Every column is NaN where the query has no relevant memory, as the metrics are, so the
 funnel is aggregated by `stats.aggregate` in both units like any metric; `share` is the
@@ -38,7 +41,8 @@ FUNNEL_COLUMNS = ("seed_recall", "pool_recall", "ceiling", "achieved", "lost")
 FUNNEL_LABEL = ("seed recall: relevant memories among the dense seeds / all relevant; pool "
                 "recall: among seeds + graph expansion; ceiling: the pool in ideal order; "
                 "achieved: the arm; share: achieved / ceiling (ratio of the means); lost: "
-                "share of queries whose pool holds no relevant memory")
+                "per query, the mean over questions of the share of each question's searches "
+                "whose pool holds no relevant memory; per search, the share of searches")
 
 
 def _pool(table: CandidateTable, roles: bool) -> pl.DataFrame:

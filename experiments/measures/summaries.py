@@ -1,5 +1,5 @@
 """An experiment's summaries and paired comparisons of per-search frames, per query and
-per search (`stats.aggregate` and `stats.compare` with the experiment's settings)."""
+per search (`stats.aggregate` and `compare.compare` with the experiment's settings)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import polars as pl
 
 from ..experiment_config import ExperimentConfig
-from .stats import aggregate, compare
+from .compare import compare
+from .stats import aggregate
 
 __all__ = ["GROUPS", "UNITS", "compare_units", "summarize"]
 
@@ -30,19 +31,20 @@ def summarize(frames: Mapping[str, pl.DataFrame], cfg: ExperimentConfig, *,
     names = list(cfg.metrics.names if metric_cols is None else metric_cols)
     return pl.concat([
         aggregate(frame, metric_cols=names, group_cols=group_cols, unit=unit,
-                  cluster="query_id", **_stats_settings(cfg))
+                  cluster="query_id", stream=name, **_stats_settings(cfg))
         .select(pl.lit(name).alias("arm"), pl.all())
         for name, frame in frames.items() for unit in UNITS], how="diagonal_relaxed")
 
 
 def compare_units(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], cfg: ExperimentConfig,
                   *, reference: str, group_cols: tuple[str, ...] = GROUPS) -> pl.DataFrame:
-    """`stats.compare` per query and per search, with a `reference` column; per-search
-    frames in, paired by search event, clustered by query."""
+    """`compare.compare` per query and per search, with a `reference` column; per-search
+    frames in, paired by search event, clustered by query; exploratory rows, corrected
+    within each breakdown (`metrics.correction`) at the decision's alpha."""
     names = list(cfg.metrics.names)
     return pl.concat([
         compare(base, arms, metric_cols=names, group_cols=group_cols, key="event_id",
                 unit=unit, cluster="query_id", correction=cfg.metrics.correction,
-                **_stats_settings(cfg))
+                alpha=cfg.decision.alpha, min_support=cfg.metrics.min_support)
         .select(pl.lit(reference).alias("reference"), pl.all())
         for unit in UNITS], how="diagonal_relaxed")

@@ -22,6 +22,12 @@ from .replay_tables import Prepared, split_tables
 __all__ = ["Ablation", "ablate", "ablation_stage", "arm_funnels", "side_effect_frame"]
 
 
+def _negated(column: str) -> pl.Expr:
+    """-x, with 0 for 0: Polars rewrites `0.0 - x` as `-x`, which writes -0.0 where nothing
+    moved."""
+    return pl.when(pl.col(column) == 0).then(pl.lit(0.0)).otherwise(-pl.col(column))
+
+
 def side_effect_frame(on_zero: pl.DataFrame, effects: Mapping[str, pl.DataFrame],
                       cfg: ExperimentConfig, *, top10_changed: Mapping[str, int],
                       searches: int) -> pl.DataFrame:
@@ -32,8 +38,7 @@ def side_effect_frame(on_zero: pl.DataFrame, effects: Mapping[str, pl.DataFrame]
     return raw.with_columns(
         block=pl.col("arm").str.strip_prefix("no-"),
         mean_base=pl.col("mean_arm"), mean_arm=pl.col("mean_base"),
-        delta=0.0 - pl.col("delta"), ci_low=0.0 - pl.col("ci_high"),
-        ci_high=0.0 - pl.col("ci_low"),  # 0.0 - x: no -0.0 where nothing moved
+        delta=_negated("delta"), ci_low=_negated("ci_high"), ci_high=_negated("ci_low"),
         top10_changed=pl.col("arm").replace_strict(dict(top10_changed),
                                                    return_dtype=pl.Int64),
         searches=pl.lit(searches, dtype=pl.Int64))

@@ -65,7 +65,8 @@ class Labels:
             return None
         return (f"labels: {self.verdicts:,} feedback verdicts (helpful = relevant, unhelpful "
                 f"= judged not relevant, the rest unjudged) on {self.occurrences:,} searches "
-                f"(one per user and query within {self.window_minutes:g} minutes, replayed "
+                f"(one per owner scope (user, agent, run) and query within "
+                f"{self.window_minutes:g} minutes, replayed "
                 f"just before its first verdict); {self.without_query:,} verdicts without a "
                 f"query text and {self.without_owner:,} without a user, agent or run id label "
                 "no search. Verdicts exist only for memories the logging "
