@@ -55,6 +55,20 @@ def test_a_verdict_run_estimates_the_position_bias_and_each_arm(contextkit_world
     assert (bundle / "counterfactual" / "position_bias.png").read_bytes()[:4] == b"\x89PNG"
     per_query = pl.read_parquet(bundle / "counterfactual" / "per_query.parquet")
     assert {"arm", "question", "ips", "snips", "unshown", "bound"} <= set(per_query.columns)
+    # the verdicts read the SNIPS estimate, and name the guardrails it adds
+    assert "confirmatory family: snips ndcg@10" in printed
+    verdicts = pl.read_parquet(bundle / "decision" / "verdicts.parquet")
+    assert set(verdicts["metric"]) == {"snips ndcg@10"}
+    on_zero = verdicts.filter(pl.col("candidate") == "on-zero").row(0, named=True)
+    change = changes.filter(pl.col("arm") == "on-zero", pl.col("reference") == "off",
+                            pl.col("estimator") == "snips").row(0, named=True)
+    assert on_zero["delta"] == pytest.approx(change["delta"])
+    off_unshown = estimates.filter(pl.col("arm") == "off", pl.col("estimator") == "snips"
+                                   )["unshown"].item()
+    # off ranks memories production never showed (20.9% of its top 10 here): bounded, so
+    # its comparisons cannot ship, and the row says why
+    assert off_unshown > 0.1
+    assert on_zero["verdict"] == "inconclusive" and "logged support" in on_zero["reason"]
 
 
 def test_the_stage_can_be_switched_off(contextkit_world_store, tmp_path, capsys) -> None:

@@ -175,7 +175,8 @@ def _command(args: argparse.Namespace, which: str) -> int:
                     if ablated is not None else None
                 decision = decision_stage(cfg, prepared, frames,
                                           snippet=tuned.snippet if tuned else None,
-                                          best=tuned.best if tuned else None)
+                                          best=tuned.best if tuned else None,
+                                          counterfactual=estimates)
                 out.decision(prepared, decision)
                 if ablated is not None:
                     ablated.report()
