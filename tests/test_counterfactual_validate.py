@@ -52,6 +52,12 @@ def test_every_labelling_is_checked_against_the_truth(contextkit_world_store, tm
     assert "position bias, fixture-world / matched: largest error" in printed
     # the replay is production here: the reconstructed lists hold nearly every verdict
     assert "logged lists: the replayed production arm" in printed
+    assert "issue 40's bar with snips (matched definitions; on-zero and tuned" in printed
+    # the table again from the files, without a replay
+    assert main(["--from", str(out), "--out", str(tmp_path / "again")]) == 0
+    again = pl.read_parquet(tmp_path / "again" / "rows.parquet")
+    assert again.equals(rows)
+    assert "issue 40's bar with snips" in capsys.readouterr().out
 
 
 def test_the_summary_counts_signs_errors_and_coverage() -> None:

@@ -4,6 +4,7 @@ on generated worlds whose truth is known (issue 40, item 5).
     python -m msprlab.experiments.counterfactual.validate WORLDS [--only NAME ...]
         [--variants matched mismatched] [--trials N] [--resamples B] [--work DIR]
         [--out DIR]
+    python -m msprlab.experiments.counterfactual.validate --from OUT [OUT ...] --out DIR
 
 WORLDS holds worlds made by `python -m msprlab.experiments.parity.worlds` (each a folder
 with world.json, truth/, store.duckdb and the definitions matched.toml, production's
@@ -25,7 +26,8 @@ and over every question with a truth (`truth, all questions`). Per labelling the
 gives sign agreement, mean absolute error and the share of 95% CIs covering the truth, and
 the recovered examination curve against the generator's (`world.json`'s
 `truth.examination`). Files in `--out`: rows.parquet (every arm, world and labelling),
-summary.parquet, curves.parquet, summary.md and position_bias.png.
+summary.parquet, curves.parquet, worlds.json (fidelity, notes, seconds), summary.md and
+position_bias.png; `--from` builds them again from earlier outputs, without a replay.
 
 Exit status 0 (the figures are findings), 2 when WORLDS holds no world or a definition is
 bad.
@@ -58,7 +60,7 @@ from ..measures.scoring import Arm, arm_of
 from ..stages.prepare import prepare_store
 from ..stages.replay_tables import Prepared, replay_tables, window_table
 from .stage import PRODUCTION, CounterfactualSettings, counterfactual_stage, per_query
-from .validation_report import report
+from .validation_report import load_results, report
 from .world_lists import true_lists
 
 __all__ = ["RAW", "main", "true_examination", "validate_world"]
@@ -138,8 +140,9 @@ def validate_world(folder: Path, variant: str, work: Path, *, trials: int, resam
                              truth_q))
         for suffix, result in estimates.items():
             per_question = result.estimates.questions
-            unshown = result.estimates.estimates.filter(
-                pl.col("arm") == name, pl.col("estimator") == "snips")["unshown"].item()
+            shares = result.estimates.estimates.filter(pl.col("estimator") == "snips")
+            unshown = shares.filter(pl.col("arm") == name)["unshown"].item()
+            off_unshown = shares.filter(pl.col("arm") == "off")["unshown"].item()
             for estimator in ("snips", "ips"):
                 change = result.estimates.changes.filter(
                     pl.col("arm") == name, pl.col("reference") == "off",
@@ -150,7 +153,7 @@ def validate_world(folder: Path, variant: str, work: Path, *, trials: int, resam
                            ["question"].to_list())
                 rows.append(_row(name, f"{estimator}{suffix}", change["delta"],
                                  change["ci_low"], change["ci_high"], covered, truth_q,
-                                 unshown=unshown))
+                                 unshown=(unshown, off_unshown)))
     reconstructed = estimates[""]
     frame = pl.DataFrame(rows).with_columns(world=pl.lit(folder.name),
                                             variant=pl.lit(variant))
@@ -178,7 +181,7 @@ def true_examination(folder: Path, k: int) -> list[float]:
 
 def _row(arm: str, labelling: str, delta: float, low: float, high: float,
          questions: list[str], truth_q: dict[str, pl.DataFrame], *,
-         unshown: float = np.nan) -> dict[str, Any]:
+         unshown: tuple[float, float] = (np.nan, np.nan)) -> dict[str, Any]:
     diff = truth_q[arm].join(truth_q["off"], on="question", suffix="_off").with_columns(
         d=pl.col("value") - pl.col("value_off"))
     same = diff.filter(pl.col("question").is_in(questions))["d"]
@@ -186,7 +189,7 @@ def _row(arm: str, labelling: str, delta: float, low: float, high: float,
             "delta": delta, "ci_low": low, "ci_high": high,
             "truth": float(same.mean()) if same.len() else np.nan,
             "truth_all": float(diff["d"].mean()), "n_truth": diff.height,
-            "unshown": unshown}
+            "unshown": unshown[0], "off_unshown": unshown[1]}
 
 
 def _worlds(root: Path, only: Sequence[str]) -> list[Path]:
@@ -208,7 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m msprlab.experiments.counterfactual.validate",
         description=__doc__.split("\n\n")[0])
-    parser.add_argument("worlds", type=Path, help="a folder of generated worlds")
+    parser.add_argument("worlds", type=Path, nargs="?", default=None,
+                        help="a folder of generated worlds")
+    parser.add_argument("--from", dest="earlier", nargs="+", type=Path, default=(),
+                        metavar="OUT", help="no replay: the table of the results earlier "
+                        "runs wrote into these --out folders, together")
     parser.add_argument("--only", nargs="*", default=(), metavar="NAME",
                         help="these worlds only (folder names)")
     parser.add_argument("--variants", nargs="*", default=VARIANTS, choices=VARIANTS,
@@ -223,7 +230,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="where the table, rows and plot are written")
     args = parser.parse_args(argv)
     console = stdout_console(140)
+    if args.earlier:
+        try:
+            report([r for folder in args.earlier for r in load_results(folder)], args.out,
+                   console)
+        except (OSError, ValueError, KeyError) as exc:
+            print_error(exc, console)
+            return EXIT_BAD_INPUT
+        return EXIT_OK
     try:
+        if args.worlds is None:
+            raise ValueError("name a folder of worlds (or --from earlier outputs)")
         worlds = _worlds(args.worlds, args.only)
         if args.trials < 1 or args.resamples < 1:
             raise ValueError("--trials and --resamples must be >= 1")

@@ -3,6 +3,7 @@ summary, curves, a markdown table and the curves' plot in the output folder."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -16,7 +17,7 @@ from rich.table import Table
 
 from msprlab.reports.plots import examination_chart
 
-__all__ = ["report", "summarize", "summary_markdown"]
+__all__ = ["load_results", "report", "summarize", "summary_markdown"]
 
 
 def summarize(rows: pl.DataFrame, by: Sequence[str] = ("labelling",)) -> pl.DataFrame:
@@ -75,6 +76,29 @@ def _console_table(summary: pl.DataFrame, title: str) -> Table:
     return table
 
 
+def load_results(folder: Path) -> list[dict[str, Any]]:
+    """The results an earlier `report` wrote into `folder` (rows, curves, worlds.json)."""
+    rows = pl.read_parquet(folder / "rows.parquet")
+    curves = pl.read_parquet(folder / "curves.parquet")
+    worlds = json.loads((folder / "worlds.json").read_text(encoding="utf-8"))
+    return [{**w, "rows": rows.filter(pl.col("world") == w["world"],
+                                      pl.col("variant") == w["variant"]),
+             "curve": curves.filter(pl.col("world") == w["world"],
+                                    pl.col("variant") == w["variant"])} for w in worlds]
+
+
+def _criterion(rows: pl.DataFrame, estimator: str) -> pl.DataFrame:
+    """Issue 40's bar, per world: on-zero and tuned against off on a matched definition,
+    within 0.02 of the truth or the 95% CI covering it."""
+    return (rows.filter(pl.col("variant") == "matched", pl.col("arm").is_in(["on-zero", "tuned"]),
+                        pl.col("labelling") == estimator)
+            .select("world", "arm", "delta", "ci_low", "ci_high", "truth",
+                    error=(pl.col("delta") - pl.col("truth")).abs())
+            .with_columns(met=(pl.col("error") <= 0.02) | (
+                (pl.col("ci_low") <= pl.col("truth")) & (pl.col("truth") <= pl.col("ci_high"))))
+            .sort("world", "arm"))
+
+
 def report(results: list[dict[str, Any]], out: Path, console: Console) -> None:
     if not results:
         console.print("no world was validated", highlight=False)
@@ -84,6 +108,10 @@ def report(results: list[dict[str, Any]], out: Path, console: Console) -> None:
     curves = pl.concat([r["curve"] for r in results], how="diagonal_relaxed")
     rows.write_parquet(out / "rows.parquet")
     curves.write_parquet(out / "curves.parquet")
+    _write(out / "worlds.json", json.dumps(
+        [{"world": r["rows"]["world"][0], "variant": r["rows"]["variant"][0],
+          **{k: r[k] for k in ("fidelity", "passed", "notes", "seconds")}}
+         for r in results], indent=1).encode())
     worlds = rows.select("world", "variant").unique().height
     text = []
     for variant in rows["variant"].unique(maintain_order=True).to_list():
@@ -94,6 +122,14 @@ def report(results: list[dict[str, Any]], out: Path, console: Console) -> None:
         console.print(_console_table(summary, title))
         text.append(summary_markdown(summary, f"**{title}**"))
     summarize(rows, by=("variant", "labelling")).write_parquet(out / "summary.parquet")
+    for estimator in ("snips", "ips", "verdict ndcg@10"):
+        bar = _criterion(rows, estimator)
+        if bar.height:
+            line = (f"issue 40's bar with {estimator} (matched definitions; on-zero and tuned "
+                    f"against off within 0.02 of the truth or covered by the 95% CI): "
+                    f"{int(bar['met'].sum())} of {bar.height} rows")
+            console.print(line, highlight=False)
+            text.append(f"{line}\n\n" + bar.write_csv())
     for r in results:
         console.print(f"{r['rows']['world'][0]} / {r['rows']['variant'][0]}: "
                       f"{r['fidelity'] or 'no fidelity figures'}; {r['seconds']:.0f} s",
