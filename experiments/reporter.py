@@ -233,8 +233,9 @@ class Reporter:
         parent run with its figures as `decision/CANDIDATE/...` metrics."""
         s, labels = decision.settings, prepared.labels.source
         table = decision.confirmatory
+        metric = table["metric"][0] if table.height else s.metric  # snips ndcg@10 on verdicts
         self.console.print(console_table(
-            table, title=f"decision, test window: a verdict per candidate ({s.metric}, per "
+            table, title=f"decision, test window: a verdict per candidate ({metric}, per "
                          f"{s.unit}, confirmatory); labels: {labels}",
             caption_text=caption(table, min_support=self.cfg.metrics.min_support,
                                  labels=labels)))
