@@ -40,6 +40,7 @@ bench: setup  ## speed figures, printed as ratios measured side by side
 	PYTHONPATH=tests $(BIN)/python -m bench.bench_metrics
 	PYTHONPATH=tests $(BIN)/python -m bench.bench_replay
 	PYTHONPATH=tests $(BIN)/python -m bench.bench_tune
+	PYTHONPATH=tests $(BIN)/python -m bench.bench_config  # a configuration search on LoCoMo (minutes)
 	PYTHONPATH=tests $(BIN)/python -m bench.bench_scenario
 	PYTHONPATH=tests $(BIN)/python -m bench.bench_world  # 250k memories end to end (minutes)
 

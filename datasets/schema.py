@@ -78,9 +78,11 @@ QRELS = pl.Schema({"query_id": pl.String, "memory_id": pl.String, "relevance": p
 # the metadata the application passed (`{"rank": R}`, the 1-based rank the memory was shown
 # at, where the application recorded it). A replay must reproduce them
 # (`experiments/fidelity`). Keyed as the feedback event: memory, time, user and verdict.
+# `success_row`: whether production's success store holds the verdict's row (null when
+# the source gave no success store).
 FEEDBACK_RECORDS = pl.Schema({"memory_id": pl.String, "ts": TS, "user_id": pl.String,
                               "helpful": pl.Boolean, "delta_applied": pl.Float64,
-                              "metadata": pl.String})
+                              "metadata": pl.String, "success_row": pl.Boolean})
 
 MANIFEST = pl.Schema({"source": pl.String, "version": pl.String, "digest": pl.String,
                       "counts": pl.String, "ingested_at": TS, "embedders": pl.String})

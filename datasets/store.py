@@ -125,7 +125,8 @@ def _atomic_database(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
         try:
             yield con
             con.execute("CHECKPOINT")
-        except (duckdb.IOException, duckdb.FatalException) as exc:  # e.g. a full disk
+        # e.g. a full disk: DuckDB says so as an IO error, or as a commit that failed
+        except (duckdb.IOException, duckdb.FatalException, duckdb.TransactionException) as exc:
             raise IngestError(f"--store {path}", f"writing the store failed "
                               f"({_reason(exc)}); nothing was replaced") from None
         finally:
@@ -310,8 +311,15 @@ def load_dataset(path: Path) -> Dataset:
                 frames[name] = pl.DataFrame(schema=schema)
                 continue
             order = " ORDER BY event_id" if name == "events" else ""
-            frame = con.sql(f"SELECT {_quoted(schema)} FROM {name}{order}").pl()
-            frames[name] = frame.cast(dict(schema.items()))
+            held = {row[0] for row in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE table_name = ?",
+                [name]).fetchall()}
+            # a column added since an older msprlab wrote the store: null in its rows
+            kept = pl.Schema({c: t for c, t in schema.items() if c in held})
+            frame = con.sql(f"SELECT {_quoted(kept)} FROM {name}{order}").pl()
+            frames[name] = frame.with_columns(
+                pl.lit(None, dtype=t).alias(c) for c, t in schema.items() if c not in held
+            ).select(schema.names()).cast(dict(schema.items()))
     finally:
         con.close()
     return Dataset(source=meta[0], version=meta[1], digest=meta[2], **frames)

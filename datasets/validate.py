@@ -29,8 +29,9 @@ Table rules: unique memory_id, query_id, (memory_id, embedder), (query_id, embed
 (query_id, memory_id) in qrels; every vector of one embedder has the same length, and a
 query vector the length of the memories' vectors of its embedder; events have unique
 (ts, seq) and event_id is dense 0..n-1 in (ts, seq) order; memory events agree with the
-memories table (none before created_at, memory_deleted only with deleted_at, one
-memory_added and one memory_deleted at most, memory_added before the others).
+memories table (none before created_at, memory_added at created_at, memory_deleted only
+with deleted_at, one memory_added and one memory_deleted at most, memory_added before the
+others).
 
 Where a row is reported: sources may add the provenance columns `_file` and `_row`. An
 integer `_row` is a 1-based line number for line-oriented text files (.jsonl, .tsv, .txt,
@@ -377,6 +378,10 @@ def _memory_history(events: pl.DataFrame, memories: pl.DataFrame) -> None:
                    "added before it is updated or deleted")),
         _Rule("kind", deleted & (pl.col("_deletes_before") > 0), said(
             "a second time (first at {deleted}): a memory is deleted once")),
+        _Rule("ts", added & (ts != pl.col("created_at")), said(
+            "at {ts} is not at the memory's created_at {created_at} (memories): the events "
+            "record the same history as the table, and a replay adds a memory at its "
+            "created_at; set one to the other")),
     ]
     if (broken := _first_broken(history, rules)) is not None:
         row, rule = broken

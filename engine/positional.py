@@ -263,6 +263,21 @@ def cache_for(holder: Any, graph: ContextGraph) -> CandidateCache:
     return cache
 
 
+def index_written(state: Any) -> None:
+    """`expand_and_score`'s indexing of what was written since the last search (the
+    graph's integer adjacency, `grow` and `follow` of the state's cache), ahead of it,
+    where the payloads and embeddings keep change logs and the positional path is on:
+    caches, so filling them early changes no search's result (`search.prepare_search`)."""
+    graph = state.graph
+    if not (state.positional_search and isinstance(state.payloads, PayloadStore)
+            and isinstance(graph.embeddings, ChangeLog)):
+        return
+    graph.adjacency_index()  # the walk's integer adjacency, brought up to date
+    cache = cache_for(state, graph)
+    cache.grow(len(graph.node_ids))
+    cache.follow(state.payloads, graph.embeddings, graph.node_ids, graph._position)
+
+
 @dataclass(frozen=True, slots=True)
 class Scored:
     """`expand_and_score`'s result: the candidates `featurize` keeps, in reach order."""

@@ -231,6 +231,12 @@ class ViewEdges(Mapping[EdgeKey, float]):
                 for e in (edges[i] for i in chosen.tolist())]
 
 
+def prepare_edges(graph: ContextGraph) -> None:
+    """The graph's edge table for its current version, built as the next PPR search would
+    build it (a cache: a search after this finds it built)."""
+    _edge_table(graph)
+
+
 def expand_ppr(graph: ContextGraph, seeds: Mapping[str, Payload], scope: Scope, *,
                max_candidates: int, edge_floor: float, include_archived: bool,
                damping: float, max_iter: int, tolerance: float, undirected: bool = False,

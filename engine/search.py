@@ -247,6 +247,32 @@ def featurize_search(state: EngineState, req: SearchRequest, *, now: datetime) -
                        stubs_of=stored).outcome
 
 
+def prepare_search(state: EngineState, req: SearchRequest, *, now: datetime) -> bool:
+    """The decay tick on read and the intent label that a search of `req` at `now` makes
+    first, whatever its retrieval settings, done ahead of it: the search that follows at
+    the same `now` finds both done (the tick runs at most once an hour; the router caches
+    the label, and a cache holding it already is left as it is) and so leaves the state
+    as it found it.
+    A replay scoring several retrieval settings at each search runs this once first, and
+    the caches the searches fill (`positional.index_written`, `ppr.prepare_edges`), so
+    each setting's own search time holds none of it. Returns whether a search gets that
+    far (False where `search` raises before the tick or takes the vector path, and this
+    changes nothing)."""
+    try:
+        effective_filters(req)
+        _vector_hits(state, req)
+    except SearchError:
+        return False
+    if not _graph_path(state, req):
+        return False
+    maybe_tick_decay(state.graph, state.config.decay, now)
+    mspr = state.config.mspr
+    if (mspr.enabled and mspr.intent.enabled and state.intent is not None
+            and mspr.intent.cache_size > 0):
+        state.intent.classify(req.query)  # cached: the search's own call finds it
+    return True
+
+
 def _hard_role_filter(state: EngineState) -> bool:
     """Does a search drop the hits its role policy denies (`mspr.role.hard_filter`)? Then
     the policy reads every hit whole, so `featurize_search` cannot hand over stubs."""

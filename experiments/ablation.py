@@ -144,6 +144,8 @@ class AblationResult:
         of searches whose top 10 differs.
     match: per arm, how many evaluated rankings equal the logged one (the rest see frozen
         feedback that is counterfactual for them).
+    effects_summary: `summary` of the side-effect arms (their MLflow runs carry the same
+        keys as the ladder's; the printed tables and the bundle's summary hold the ladder).
     """
 
     arms: dict[str, Arm]
@@ -154,3 +156,4 @@ class AblationResult:
     side_effects: pl.DataFrame
     match: pl.DataFrame
     notes: list[str]
+    effects_summary: pl.DataFrame

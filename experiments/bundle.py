@@ -82,6 +82,21 @@ COUNTERFACTUAL_CHANGES = "counterfactual/changes.parquet"  # per arm against off
 COUNTERFACTUAL_PER_QUERY = "counterfactual/per_query.parquet"  # per arm and question
 COUNTERFACTUAL_LOGGED = "counterfactual/logged.json"  # settings, the logged lists' coverage
 SNIPPET = "best_weights.contextkit.json"  # pastes into Memory.from_config
+# The configuration search (`tune.settings`): its study, and the chosen configuration once
+# on the test window beside off, on-zero and the weights-only tuned weights.
+CONFIG = "config"
+CONFIG_TRIALS = "config/trials.parquet"  # every trial: its settings, weights and values
+CONFIG_SUMMARY = "config/summary.json"  # the space, the chosen (or Pareto) settings and
+#   weights, importance, the walks over the timeline (how many, how many shared)
+CONFIG_DECISION = "config/decision.parquet"  # chosen against off, on-zero and tuned:
+#   the confirmatory rows (`decision.decide`)
+CONFIG_TEST_SUMMARY = "config/summary.parquet"  # each arm per group and unit, test window
+CONFIG_FUNNEL = "config/funnel.parquet"  # the stage funnel: chosen beside the shipped arms
+CONFIG_SETTINGS = "config/settings.parquet"  # each searched setting, shipped and chosen,
+#   and the engine time per search of each arm's configuration
+CONFIG_RUN = "config/runs/chosen.trec"  # the chosen configuration's rankings (TREC run)
+CONFIG_SNIPPET = "best_config.contextkit.json"  # the chosen configuration, every setting
+#   that differs from the library's defaults (pastes into Memory.from_config)
 PER_SEARCH = "per_search"  # under a part: ARM.parquet, per-search metric values
 PER_SEARCH_BEFORE = "per_query"  # its name in bundles written before the frames were
 #   named for their unit

@@ -5,8 +5,12 @@ the engine configuration (a ContextKit config dict: the full ranker the arms swi
 of), the replay settings, the metrics, the ablation arms, whether the reference rankers
 run, the weight search and the tracking store. Every table is read by `_section`, which
 rejects a key it does not know and lists the known ones, so a typo never silently falls
-back to a default. `load_experiment` takes a file path or the name of a shipped definition
-(`locomo`, `synthetic`, `scifact-sanity`).
+back to a default, and checks each value against its type and the `Rule` declared beside
+the key (a range, choices, not empty); then the section's validator (`SECTIONS`) checks
+what involves several keys or sections. So every value is refused at load, before any
+work, with a message naming the key, the value and what is allowed. `load_experiment`
+takes a file path or the name of a shipped definition (`locomo`, `synthetic`,
+`scifact-sanity`).
 """
 
 from __future__ import annotations
@@ -15,14 +19,14 @@ import hashlib
 import json
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from msprlab.engine import EngineConfig, config_from_dict
-from msprlab.engine.batch import WEIGHTS
+from msprlab.engine.batch import INTENTS, WEIGHTS
 from msprlab.engine.config import ConfigError, EdgesConfig, IntentConfig, RoleConfig
 from msprlab.engine.roles import POLICY_NAMES
 
@@ -44,31 +48,112 @@ LABELS = ("qrels", "verdicts")
 ARMS = ("off", "on-zero", "personal", "frequency", "success", "intent", "roles", "all")
 SAMPLERS = ("tpe", "cmaes", "random")
 PRUNERS = ("none", "wilcoxon")
+SINGLE_OBJECTIVE = ("cmaes", "wilcoxon")  # a sampler or pruner of one objective only
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a key allows beyond its type, declared once beside the key (`ranged`, `one_of`,
+    `filled`) and checked by `_section` when a definition is loaded: a numeric range (an
+    open end excluded), choices (each element of a list), or a non-empty string or list.
+    `choices` may be a function, for a registry whose module is imported only to check."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] | Callable[[], Iterable[str]] | None = None
+    filled: bool = False
+    retired: Mapping[str, str] = field(default_factory=dict)  # a former choice -> what now
+
+    def options(self) -> tuple[str, ...]:
+        choices = self.choices() if callable(self.choices) else self.choices
+        return tuple(choices or ())
+
+    def in_range(self, value: float) -> bool:
+        above = self.low is None or value > self.low or (value == self.low and not self.low_open)
+        below = self.high is None or value < self.high or (
+            value == self.high and not self.high_open)
+        return above and below
+
+    def describe(self, kind: str) -> str:
+        """"an integer >= 1", "a number in [0, 1]", "a number > 0", ..."""
+        noun = "an integer" if kind == "int" else "a number"
+        if self.low is not None and self.high is not None:
+            return (f"{noun} in {'(' if self.low_open else '['}{self.low:g}, "
+                    f"{self.high:g}{')' if self.high_open else ']'}")
+        if self.low is not None:
+            return f"{noun} {'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            return f"{noun} {'<' if self.high_open else '<='} {self.high:g}"
+        return noun
+
+
+def ranged(default: float, low: float | None = None, high: float | None = None, *,
+           low_open: bool = False, high_open: bool = False) -> Any:
+    """A numeric key's default and the range it allows."""
+    return field(default=default, metadata={"rule": Rule(low, high, low_open, high_open)})
+
+
+def one_of(default: Any, choices: tuple[str, ...] | Callable[[], Iterable[str]],
+           retired: Mapping[str, str] | None = None) -> Any:
+    """A string key (or list of strings, each checked) with its default and its choices."""
+    return field(default=default, metadata={"rule": Rule(choices=choices, filled=True,
+                                                         retired=retired or {})})
+
+
+def filled(default: Any) -> Any:
+    """A string or list key that must not be empty."""
+    return field(default=default, metadata={"rule": Rule(filled=True)})
+
+
+def _click_models() -> Iterable[str]:
+    from msprlab.datasets.build import CLICK_MODELS
+    return CLICK_MODELS
+
+
+def _embedders() -> Iterable[str]:
+    from msprlab.datasets.embed import EMBEDDERS  # imports scikit-learn: only when checked
+    return sorted(EMBEDDERS)
+
+
+def _scifact_splits() -> Iterable[str]:
+    from msprlab.datasets.sources.scifact import SPLITS
+    return SPLITS
+
+
+@dataclass(frozen=True)
+class TopSection:
+    """The definition's top-level values (an empty name: the file's stem)."""
+
+    name: str = ""
+    description: str = ""
+    seed: int = ranged(0, low=0)   # numpy's seeds are non-negative
 
 
 @dataclass(frozen=True)
 class DatasetSection:
-    source: str = "locomo-log"
-    store: str = "runs/locomo.duckdb"  # relative to the working folder
-    searches: int = 3000               # simulated searches (locomo-log, synthetic)
-    click_model: str = "pbm"
-    seed: int = 1                      # the log's seed (the experiment seed drives the rest)
-    split: str = "test"                # scifact: the BEIR split
-    embedder: str = "tfidf-svd"
-    users: int = 12                    # synthetic: users
-    memories_per_user: int = 60        # synthetic
-    queries_per_user: int = 8          # synthetic
+    source: str = one_of("locomo-log", SOURCES)
+    store: str = filled("runs/locomo.duckdb")  # relative to the working folder
+    searches: int = ranged(3000, low=1)        # simulated searches (locomo-log, synthetic)
+    click_model: str = one_of("pbm", _click_models)
+    seed: int = ranged(1, low=0)       # the log's seed (the experiment seed drives the rest)
+    split: str = one_of("test", _scifact_splits)  # scifact: the BEIR split
+    embedder: str = one_of("tfidf-svd", _embedders)
+    users: int = ranged(12, low=1)                 # synthetic: users
+    memories_per_user: int = ranged(60, low=1)     # synthetic
+    queries_per_user: int = ranged(8, low=1)       # synthetic
     # Where relevance comes from: the store's qrels, or its feedback verdicts
     # (datasets/verdict_labels.py: one search per occurrence, replayed before its verdicts).
-    labels: str = "qrels"
-    verdict_window_minutes: float = 30.0  # labels = "verdicts": one occurrence's span
-    verdict_limit: int = 10               # labels = "verdicts": the replayed search's limit
+    labels: str = one_of("qrels", LABELS)
+    verdict_window_minutes: float = ranged(30.0, low=0, low_open=True)  # one occurrence's span
+    verdict_limit: int = ranged(10, low=1)    # labels = "verdicts": the replayed search's limit
 
 
 @dataclass(frozen=True)
 class SplitSection:
-    test_fraction: float = 0.3
-    gap_days: float = 0.0
+    test_fraction: float = ranged(0.3, 0, 1, low_open=True, high_open=True)
+    gap_days: float = ranged(0.0, low=0)
     per_user: bool = False
 
     def spec(self) -> SplitSpec:
@@ -78,29 +163,35 @@ class SplitSection:
 
 @dataclass(frozen=True)
 class ReplaySection:
-    frequency: str = "logged"
-    limit: int = 0   # 0: each logged search's own limit
-    policy: str = "none"
+    frequency: str = one_of("logged", FREQUENCY_MODES)
+    limit: int = ranged(0, low=0)   # 0: each logged search's own limit
+    policy: str = one_of("none", POLICY_NAMES)
 
 
 @dataclass(frozen=True)
 class MetricsSection:
-    names: tuple[str, ...] = ("ndcg@10", "recall@10", "mrr")
+    names: tuple[str, ...] = filled(("ndcg@10", "recall@10", "mrr"))
     primary: str = "ndcg@10"
-    bootstrap: int = 1000
-    min_support: int = 30
+    bootstrap: int = ranged(1000, low=1)   # resamples per bootstrap CI
+    min_support: int = ranged(30, low=0)   # queries a group needs to be tested
     # The exploratory rows' correction, within each breakdown: "bonferroni" pairs each CI
     # with its adjusted p (compare.py); "holm" and "bh" adjust p only.
-    correction: str = "bonferroni"
+    correction: str = one_of("bonferroni", CORRECTIONS)
     # Verdict labels: an arm whose judged share of the top K (judged@K) is below this
     # fraction of the best-judged arm's is marked "not assessable" rather than scored.
-    min_judged_ratio: float = 0.5
+    min_judged_ratio: float = ranged(0.5, 0, 1)
+
+
+# The weight a new signal gets when its arm switches it on; the engine's range for a weight.
+NEW_WEIGHTS = ("delta_personal", "epsilon_frequency", "zeta_success")
+WEIGHT_RULE = Rule(0, 1)
 
 
 @dataclass(frozen=True)
 class AblationSection:
-    arms: tuple[str, ...] = ARMS
-    # The weight a new signal gets when its arm switches it on.
+    arms: tuple[str, ...] = one_of(ARMS, ARMS, retired={"baseline": (
+        "is now two arms: 'off' (MSPR disabled, the context graph alone) and 'on-zero' (MSPR "
+        "on, new weights at 0); name either or both")})
     weights: Mapping[str, float] = field(default_factory=lambda: {
         "delta_personal": 0.3, "epsilon_frequency": 0.1, "zeta_success": 0.3})
 
@@ -119,18 +210,22 @@ class FidelitySection:
     (`experiments/fidelity`); below a threshold the run stops (exit 2) or warns."""
 
     enabled: bool = True
-    on_fail: str = "stop"       # "stop": exit 2 before any table; "warn": go on, marked
+    # "stop": exit 2 before any table; "warn": go on, marked
+    on_fail: str = one_of("stop", ("stop", "warn"))
     search: bool = True         # on a failure, try the settings production may have run
-    tolerance: float = 1e-6     # relevance, floors, edge weights and deltas: equal within
-    min_nodes: float = 0.95     # share of nodes whose relevance and floor the replay reaches
-    min_edges: float = 0.95     # share of edges with equal weights
-    min_deltas: float = 0.99    # share of verdicts whose delta_applied the replay applies
-    min_in_top: float = 0.90    # share of verdicted memories in the replayed top k
-    min_ranks: float = 0.80     # share of recorded ranks (metadata.rank) reproduced exactly
+    # relevance, floors, edge weights and deltas: equal within
+    tolerance: float = ranged(1e-6, 0, 1)
+    min_nodes: float = ranged(0.95, 0, 1)  # share of nodes whose relevance and floor match
+    min_edges: float = ranged(0.95, 0, 1)  # share of edges with equal weights
+    min_deltas: float = ranged(0.99, 0, 1)  # share of verdicts whose delta_applied is applied
+    min_success: float = ranged(0.99, 0, 1)  # share of verdicts whose success row matches
+    min_in_top: float = ranged(0.90, 0, 1)  # share of verdicted memories in the replayed top k
+    min_ranks: float = ranged(0.80, 0, 1)  # share of recorded ranks (metadata.rank) reproduced
 
     def thresholds(self) -> dict[str, float]:
         return {"nodes": self.min_nodes, "edges": self.min_edges, "deltas": self.min_deltas,
-                "in_top": self.min_in_top, "ranks": self.min_ranks}
+                "success": self.min_success, "in_top": self.min_in_top,
+                "ranks": self.min_ranks}
 
 
 @dataclass(frozen=True)
@@ -139,33 +234,41 @@ class CounterfactualSection:
     nDCG@k against it (`experiments/counterfactual`)."""
 
     enabled: bool = True
-    estimator: str = "snips"    # the estimate the verdict-labelled decision reads
-    clip: float = 0.05          # propensities below it are raised to it
-    resamples: int = 200        # bootstrap over questions, the click model refitted in each
-    max_unshown: float = 0.1    # never-shown share of an arm's top k above which it is
-    #                             bounded, not scored
+    # the estimate the verdict-labelled decision reads
+    estimator: str = one_of("snips", ("snips", "ips"))
+    clip: float = ranged(0.05, 0, 1, low_open=True)  # propensities below it are raised to it
+    resamples: int = ranged(200, low=1)  # bootstrap over questions, the click model refitted
+    # never-shown share of an arm's top k above which it is bounded, not scored
+    max_unshown: float = ranged(0.1, 0, 1)
 
 
 @dataclass(frozen=True)
 class TuneSection:
-    trials: int = 300
-    sampler: str = "tpe"
-    pruner: str = "none"
-    objectives: tuple[str, ...] = ("ndcg@10",)
+    trials: int = ranged(300, low=1)
+    sampler: str = one_of("tpe", SAMPLERS)
+    pruner: str = one_of("none", PRUNERS)
+    objectives: tuple[str, ...] = filled(("ndcg@10",))
     ranges: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict.fromkeys(
         WEIGHTS, (0.0, 1.0)))
     storage: str = ""   # empty: a journal file beside the store
-    workers: int = 1
+    workers: int = ranged(1, low=1)
     # On a database storage: each running trial's heartbeat, in seconds, and how long
     # without one before another worker fails the trial and runs it again.
-    heartbeat: int = 10
-    heartbeat_grace: int = 30
+    heartbeat: int = ranged(10, low=1)
+    heartbeat_grace: int = ranged(30, low=2)
+    # The ranking settings searched beside the weights, in a study of its own (the
+    # configuration search, `variants.space`): its trial target and how trials are grouped
+    # (`tune.configuration`). Empty: no configuration search.
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    config_trials: int = ranged(100, low=1)
+    points_per_state: int = ranged(4, low=1, high=64)
+    trials_per_point: int = ranged(4, low=1, high=1000)
 
 
 @dataclass(frozen=True)
 class TrackingSection:
-    uri: str = "sqlite:///mlflow.db"
-    experiment: str = "msprlab"
+    uri: str = filled("sqlite:///mlflow.db")
+    experiment: str = filled("msprlab")
 
 
 @dataclass(frozen=True)
@@ -197,13 +300,9 @@ class ExperimentConfig:
                               ).hexdigest()
 
 
-_TOP = ("name", "description", "seed", "dataset", "split", "engine", "replay", "metrics",
-        "ablation", "references", "tune", "tracking", "decision", "fidelity",
-        "counterfactual")
-
-
 def _section(cls: type, raw: Any, where: str) -> Any:
-    """`cls(**raw)` with every key known, every value of the default's type."""
+    """`cls(**raw)` with every key known, every value of the default's type and within the
+    key's `Rule`; `where` is the section's name ("" for the top level)."""
     if raw is None:
         return cls()
     if not isinstance(raw, dict):
@@ -216,26 +315,60 @@ def _section(cls: type, raw: Any, where: str) -> Any:
     defaults = cls()
     values: dict[str, Any] = {}
     for key, value in raw.items():
+        name = f"{where}.{key}" if where else key
         default = getattr(defaults, key)
         if isinstance(default, bool):
             ok = isinstance(value, bool)
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif isinstance(default, float):
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            ok = isinstance(value, int | float) and not isinstance(value, bool) \
+                and math.isfinite(value)
             value = float(value) if ok else value
         elif isinstance(default, str):
             ok = isinstance(value, str)
         elif isinstance(default, tuple):
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
             value = tuple(value) if ok else value
-        else:  # a mapping: checked by the caller
+        else:  # a mapping: checked by the section's validator
             ok = isinstance(value, dict)
         if not ok:
-            raise ExperimentError(f"{where}.{key}: expected {type(default).__name__}, got "
-                                  f"{value!r}")
+            raise ExperimentError(f"{name}: expected {_kind(default)}, got {value!r}")
+        if (rule := known[key].metadata.get("rule")) is not None:
+            _check_rule(name, value, rule, default)
         values[key] = value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ExperimentError:
+        raise
+    except ValueError as exc:  # the section's own checks (e.g. DecisionSettings)
+        raise ExperimentError(str(exc)) from None
+
+
+def _kind(default: Any) -> str:
+    if isinstance(default, tuple):
+        return "a list of strings"
+    return type(default).__name__
+
+
+def _shown(value: Any) -> str:
+    """A value as the definition wrote it (a list, not the tuple it is kept as)."""
+    return repr(list(value) if isinstance(value, tuple) else value)
+
+
+def _check_rule(name: str, value: Any, rule: Rule, default: Any) -> None:
+    if rule.filled and not value:
+        raise ExperimentError(f"{name} = {_shown(value)}: must not be empty")
+    if options := rule.options():
+        for item in (value if isinstance(value, tuple) else (value,)):
+            if item in rule.retired:
+                raise ExperimentError(f"{name}: {item!r} {rule.retired[item]}")
+            _choice(name, item, options)
+    if isinstance(value, int | float) and not isinstance(value, bool) \
+            and not rule.in_range(value):
+        kind = "int" if isinstance(default, int) else "float"
+        raise ExperimentError(f"{name} = {value!r} is out of range: it must be "
+                              f"{rule.describe(kind)}")
 
 
 def judged_metric(names: tuple[str, ...] | list[str]) -> str | None:
@@ -246,13 +379,6 @@ def judged_metric(names: tuple[str, ...] | list[str]) -> str | None:
 def _choice(where: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ExperimentError(f"{where}: {value!r} is not one of {', '.join(allowed)}")
-
-
-def _weights(where: str, raw: Mapping[str, Any]) -> None:
-    for name in raw:
-        if name not in WEIGHTS:
-            raise ExperimentError(f"{where}: unknown weight {name!r}; known: "
-                                  f"{', '.join(WEIGHTS)}")
 
 
 # Why a ContextKit key that `config_from_dict` accepts but sets nothing with cannot act.
@@ -347,132 +473,139 @@ def load_experiment(name_or_path: str | Path) -> ExperimentConfig:
         raise ExperimentError(f"{path}: {exc}") from None
 
 
-def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
-    unknown = sorted(set(raw) - set(_TOP))
-    if unknown:
-        raise ExperimentError(f"unknown key {unknown[0]!r}; known top-level keys: "
-                              f"{', '.join(_TOP)}")
-    name = raw.get("name", path.stem)
-    seed = raw.get("seed", 0)
-    if not isinstance(name, str) or not isinstance(seed, int) or isinstance(seed, bool):
-        raise ExperimentError("name must be a string and seed an integer")
-    dataset = _section(DatasetSection, raw.get("dataset"), "dataset")
-    _choice("dataset.source", dataset.source, SOURCES)
-    _choice("dataset.labels", dataset.labels, LABELS)
+# -- the sections' own checks -----------------------------------------------------------
+# Each section is read by `_section` (keys, types, the `Rule` of each key) and then checked
+# by its validator here, which sees the sections read before it (`parsed`, in `SECTIONS`
+# order) and returns the section as the experiment keeps it. A new section adds a dataclass
+# with its rules, a validator, and a row to `SECTIONS`.
+
+def _check_dataset(dataset: DatasetSection, parsed: dict[str, Any]) -> DatasetSection:
     if dataset.labels == "verdicts" and dataset.source != "store":
         raise ExperimentError(f"dataset.labels = \"verdicts\" reads an ingested store's "
                               f"feedback (dataset.source = \"store\"), not {dataset.source!r}, "
                               "whose qrels are the truth")
-    if not dataset.verdict_window_minutes > 0 or dataset.verdict_limit < 1:
-        raise ExperimentError(f"dataset.verdict_window_minutes must be > 0 and "
-                              f"dataset.verdict_limit >= 1, got {dataset.verdict_window_minutes} "
-                              f"and {dataset.verdict_limit}")
-    split = _section(SplitSection, raw.get("split"), "split")
+    if dataset.source == "synthetic":  # the world's own rules (there may be more than ranges)
+        from msprlab.datasets.synthetic import SyntheticSpec
+        try:
+            SyntheticSpec(n_users=dataset.users, memories_per_user=dataset.memories_per_user,
+                          queries_per_user=dataset.queries_per_user)
+        except ValueError as exc:
+            raise ExperimentError(f"dataset (users, memories_per_user, queries_per_user): "
+                                  f"{exc}") from None
+    return dataset
+
+
+def _check_split(split: SplitSection, parsed: dict[str, Any]) -> SplitSection:
     try:
         split.spec()
     except ValueError as exc:
         raise ExperimentError(str(exc)) from None
-    engine_dict = raw.get("engine", {})
-    replay = _section(ReplaySection, raw.get("replay"), "replay")
-    _choice("replay.frequency", replay.frequency, FREQUENCY_MODES)
-    _choice("replay.policy", replay.policy, POLICY_NAMES)
-    engine = replayable_engine(engine_dict, replay)
-    metrics = _section(MetricsSection, raw.get("metrics"), "metrics")
+    return split
+
+
+def _check_metrics(metrics: MetricsSection, parsed: dict[str, Any]) -> MetricsSection:
     try:  # canonical names ("P_10" -> "precision@10"): the tables' columns use them
         metrics = replace(metrics, names=tuple(parse_metric(m).name for m in metrics.names),
                           primary=parse_metric(metrics.primary).name)
     except ValueError as exc:
         raise ExperimentError(f"metrics: {exc}") from None
+    if len(set(metrics.names)) != len(metrics.names):
+        raise ExperimentError(f"metrics.names: {list(metrics.names)} names a metric twice")
     if metrics.primary not in metrics.names:
         raise ExperimentError(f"metrics.primary {metrics.primary!r} must be one of "
                               f"metrics.names {list(metrics.names)}")
-    _choice("metrics.correction", metrics.correction, CORRECTIONS)
-    if not 0.0 <= metrics.min_judged_ratio <= 1.0:
-        raise ExperimentError(f"metrics.min_judged_ratio must be in [0, 1], got "
-                              f"{metrics.min_judged_ratio}")
-    if dataset.labels == "verdicts" and judged_metric(metrics.names) is None:
+    if parsed["dataset"].labels == "verdicts" and judged_metric(metrics.names) is None:
         raise ExperimentError("metrics.names: verdict labels leave most memories unjudged, so "
                               "every figure needs its judged share beside it; add a judged@K "
                               "metric (judged@10) to metrics.names")
-    ablation = _section(AblationSection, raw.get("ablation"), "ablation")
-    if not ablation.arms:
-        raise ExperimentError(f"ablation.arms is empty; name at least one of {', '.join(ARMS)}")
-    for arm in ablation.arms:
-        if arm == "baseline":
-            raise ExperimentError("ablation.arms: 'baseline' is now two arms: 'off' (MSPR "
-                                  "disabled, the context graph alone) and 'on-zero' (MSPR on, "
-                                  "new weights at 0); name either or both")
-        _choice("ablation.arms", arm, ARMS)
+    return metrics
+
+
+def _check_ablation(ablation: AblationSection, parsed: dict[str, Any]) -> AblationSection:
     if len(set(ablation.arms)) != len(ablation.arms):
         raise ExperimentError(f"ablation.arms: {list(ablation.arms)} names an arm twice")
-    _weights("ablation.weights", ablation.weights)
-    references = _section(ReferencesSection, raw.get("references"), "references")
-    tune = _section(TuneSection, raw.get("tune"), "tune")
-    _choice("tune.sampler", tune.sampler, SAMPLERS)
-    _choice("tune.pruner", tune.pruner, PRUNERS)
-    _weights("tune.ranges", tune.ranges)
-    ranges = {}
-    for weight, bounds in tune.ranges.items():
-        if not (isinstance(bounds, list | tuple) and len(bounds) == 2
-                and all(isinstance(b, int | float) for b in bounds)
-                and 0.0 <= bounds[0] <= bounds[1] <= 1.0):
-            raise ExperimentError(f"tune.ranges.{weight}: expected [low, high] with "
-                                  f"0 <= low <= high <= 1, got {bounds!r}")
-        ranges[weight] = (float(bounds[0]), float(bounds[1]))
-    if "ranges" in (raw.get("tune") or {}):
-        tune = replace(tune, ranges=ranges)
-    if tune.trials < 1 or tune.workers < 1:
-        raise ExperimentError("tune.trials and tune.workers must be >= 1")
+    for name, value in ablation.weights.items():
+        if name not in NEW_WEIGHTS:
+            raise ExperimentError(f"ablation.weights: unknown weight {name!r}; the arms switch "
+                                  f"on {', '.join(NEW_WEIGHTS)}")
+        _number(f"ablation.weights.{name}", value, WEIGHT_RULE)
+    # Whether the engine runs the arms (MSPR and the state they read) is checked where the
+    # ladder is built (`arms.experiment_arms`), before any work: `tune` runs no ladder.
+    return replace(ablation, weights={k: float(v) for k, v in ablation.weights.items()})
+
+
+def _check_tune(tune: TuneSection, parsed: dict[str, Any]) -> TuneSection:
+    # The search space's own rules (weights known, 0 <= low < high <= 1, not all fixed by
+    # the engine), declared once there, checked now; its import is optuna's.
+    from .tune.space import search_space
+    given = (parsed["raw"].get("tune") or {}).get("ranges")
     try:
-        tune = replace(tune, objectives=tuple(
-            "/".join([parse_metric(o.split("/")[0]).name, *o.split("/")[1:]])
-            for o in tune.objectives))
-    except ValueError as exc:
-        raise ExperimentError(f"tune.objectives: {exc}") from None
-    if not 1 <= tune.heartbeat < tune.heartbeat_grace:
+        search_space(tune.ranges, parsed["engine"])
+    except ExperimentError as exc:
+        shown = str(exc).removeprefix("SearchSpace: ").removeprefix("tune: ")
+        raise ExperimentError(f"tune.ranges: {shown}") from None
+    if given is not None:
+        tune = replace(tune, ranges={k: (float(v[0]), float(v[1])) for k, v in given.items()})
+    names, labels = parsed["metrics"].names, tuple(label.value for label in INTENTS)
+    objectives = []
+    for objective in tune.objectives:
+        if objective == "cost":  # the engine's time per search: a configuration's
+            if not tune.settings:
+                raise ExperimentError("tune.objectives: \"cost\" (the engine's time per "
+                                      "search) differs between configurations, not between "
+                                      "weights: search settings beside the weights "
+                                      "([tune.settings]) or remove it")
+            objectives.append(objective)
+            continue
+        parts = objective.split("/")
+        if not (len(parts) == 1 or (len(parts) == 3 and parts[1] == "intent")):
+            raise ExperimentError(f"tune.objectives: {objective!r}; use METRIC or "
+                                  "METRIC/intent/LABEL")
+        try:
+            metric = parse_metric(parts[0]).name
+        except ValueError as exc:
+            raise ExperimentError(f"tune.objectives: {exc}") from None
+        if metric not in names:
+            raise ExperimentError(f"tune.objectives: {objective!r} measures {metric!r}, which "
+                                  f"is not in metrics.names {list(names)}")
+        if len(parts) == 3 and parts[2] not in labels:
+            raise ExperimentError(f"tune.objectives: {objective!r}: intent {parts[2]!r} is not "
+                                  f"one of {', '.join(labels)}")
+        objectives.append("/".join([metric, *parts[1:]]))
+    if len(set(objectives)) != len(objectives):
+        raise ExperimentError(f"tune.objectives: {objectives} names an objective twice")
+    single = [f"{key} = {value!r}" for key, value in (("sampler", tune.sampler),
+                                                       ("pruner", tune.pruner))
+              if value in SINGLE_OBJECTIVE]
+    if single and len(objectives) > 1:
+        raise ExperimentError(f"tune: {' and '.join(single)} handles a single objective, but "
+                              f"tune.objectives has {len(objectives)}; use sampler 'tpe' or "
+                              "'random' without a pruner for a Pareto front")
+    if not tune.heartbeat < tune.heartbeat_grace:
         raise ExperimentError(f"tune.heartbeat and tune.heartbeat_grace: `1 <= heartbeat < "
                               f"heartbeat_grace` (seconds) must hold, but got "
                               f"{tune.heartbeat} and {tune.heartbeat_grace}")
-    for objective in tune.objectives:
-        metric = objective.split("/")[0]
-        if metric not in metrics.names:
-            raise ExperimentError(f"tune.objectives: {objective!r} measures {metric!r}, which "
-                                  f"is not in metrics.names {list(metrics.names)}")
-    tracking = _section(TrackingSection, raw.get("tracking"), "tracking")
-    decision = _decision(raw.get("decision"), metrics)
-    fidelity = _section(FidelitySection, raw.get("fidelity"), "fidelity")
-    _choice("fidelity.on_fail", fidelity.on_fail, ("stop", "warn"))
-    for key, value in (("tolerance", fidelity.tolerance), *(
-            (f"min_{name}", v) for name, v in fidelity.thresholds().items())):
-        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-            raise ExperimentError(f"fidelity.{key} must be in [0, 1], got {value!r}")
-    counterfactual = _section(CounterfactualSection, raw.get("counterfactual"),
-                              "counterfactual")
-    _choice("counterfactual.estimator", counterfactual.estimator, ("snips", "ips"))
-    for key, value, low_open in (("clip", counterfactual.clip, True),
-                                 ("max_unshown", counterfactual.max_unshown, False)):
-        if not (math.isfinite(value) and (value > 0.0 if low_open else value >= 0.0)
-                and value <= 1.0):
-            raise ExperimentError(f"counterfactual.{key} must be in {'(' if low_open else '['}"
-                                  f"0, 1], got {value!r}")
-    if counterfactual.resamples < 1:
-        raise ExperimentError(f"counterfactual.resamples must be >= 1, got "
-                              f"{counterfactual.resamples}")
-    return ExperimentConfig(
-        name=name, path=path, description=str(raw.get("description", "")), seed=seed,
-        dataset=dataset, split=split, engine=engine, engine_dict=engine_dict, replay=replay,
-        metrics=metrics, ablation=ablation, references=references, tune=tune,
-        tracking=tracking, raw=raw, decision=decision, fidelity=fidelity,
-        counterfactual=counterfactual)
+    _settings_search(tune, parsed["engine"], parsed["replay"])
+    return replace(tune, objectives=tuple(objectives))
 
 
-def _decision(raw: Any, metrics: MetricsSection) -> DecisionSettings:
-    """The `[decision]` table: every key known, every value in range (exit 2 naming it);
-    the metric defaults to `metrics.primary` and must be one of `metrics.names`."""
-    try:
-        settings = _section(DecisionSettings, raw, "decision")
-    except ValueError as exc:  # DecisionSettings' own range checks
-        raise ExperimentError(str(exc)) from None
+def _settings_search(tune: TuneSection, engine: EngineConfig, replay: ReplaySection) -> None:
+    """`[tune.settings]`, checked before any work (`variants.space`): every value one the
+    library accepts, the configured value among them, a setting that can act."""
+    if not tune.settings:
+        return
+    from .variants.space import parse_settings
+    if replay.frequency != "logged":
+        raise ExperimentError("tune.settings: a configuration search scores many settings "
+                              "from tables replayed with the log's access counts; set "
+                              "replay.frequency = \"logged\"")
+    parse_settings(tune.settings, engine, limit=replay.limit or None)
+
+
+def _check_decision(settings: DecisionSettings, parsed: dict[str, Any]) -> DecisionSettings:
+    """The metric defaults to `metrics.primary` and must be one of `metrics.names` (the
+    other values are checked by `DecisionSettings` itself, through `_section`)."""
+    metrics = parsed["metrics"]
     metric = settings.metric or metrics.primary
     try:
         metric = parse_metric(metric).name
@@ -482,3 +615,66 @@ def _decision(raw: Any, metrics: MetricsSection) -> DecisionSettings:
         raise ExperimentError(f"decision.metric {metric!r} must be one of metrics.names "
                               f"{list(metrics.names)}")
     return replace(settings, metric=metric)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _number(name: str, value: Any, rule: Rule) -> None:
+    if not _is_number(value):
+        raise ExperimentError(f"{name}: expected a number, got {value!r}")
+    if not rule.in_range(value):
+        raise ExperimentError(f"{name} = {value!r} is out of range: it must be "
+                              f"{rule.describe('float')}")
+
+
+Validator = Callable[[Any, dict[str, Any]], Any]
+
+# Every table of a definition, in the order they are read and checked: (name, dataclass,
+# validator). "" is the top level's values; the engine is read by `replayable_engine`.
+SECTIONS: tuple[tuple[str, type | None, Validator | None], ...] = (
+    ("", TopSection, None),
+    ("dataset", DatasetSection, _check_dataset),
+    ("split", SplitSection, _check_split),
+    ("replay", ReplaySection, None),
+    ("engine", None, None),
+    ("metrics", MetricsSection, _check_metrics),
+    ("ablation", AblationSection, _check_ablation),
+    ("references", ReferencesSection, None),
+    ("tune", TuneSection, _check_tune),
+    ("tracking", TrackingSection, None),
+    ("decision", DecisionSettings, _check_decision),
+    ("fidelity", FidelitySection, None),
+    ("counterfactual", CounterfactualSection, None),
+)
+_TOP = (*(f.name for f in fields(TopSection)), *(name for name, _, _ in SECTIONS if name))
+
+
+def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
+    unknown = sorted(set(raw) - set(_TOP))
+    if unknown:
+        raise ExperimentError(f"unknown key {unknown[0]!r}; known top-level keys: "
+                              f"{', '.join(_TOP)}")
+    parsed: dict[str, Any] = {"raw": raw}
+    for name, cls, check in SECTIONS:
+        if name == "engine":
+            engine_dict = raw.get("engine", {})
+            if not isinstance(engine_dict, dict):
+                raise ExperimentError(f"engine: expected a table, got {engine_dict!r}")
+            parsed["engine"] = replayable_engine(engine_dict, parsed["replay"])
+            continue
+        assert cls is not None
+        given = {k: v for k, v in raw.items() if k in {f.name for f in fields(TopSection)}} \
+            if name == "" else raw.get(name)
+        section = _section(cls, given, name)
+        parsed[name] = check(section, parsed) if check is not None else section
+    top = parsed[""]
+    return ExperimentConfig(
+        name=top.name or path.stem, path=path, description=top.description, seed=top.seed,
+        dataset=parsed["dataset"], split=parsed["split"], engine=parsed["engine"],
+        engine_dict=raw.get("engine", {}), replay=parsed["replay"], metrics=parsed["metrics"],
+        ablation=parsed["ablation"], references=parsed["references"], tune=parsed["tune"],
+        tracking=parsed["tracking"], raw=raw, decision=parsed["decision"],
+        fidelity=parsed["fidelity"], counterfactual=parsed["counterfactual"])

@@ -39,7 +39,8 @@ from msprlab.engine import EngineConfig, new_state
 from .measures.funnel import ideal_rankings
 from .measures.metrics import Metric
 from .measures.scoring import per_search_frame, ranking_values
-from .replay import CandidateTable, _query_vectors
+from .replay import CandidateTable
+from .variants.walk import query_vectors
 
 __all__ = ["BM25_LABEL", "POOL_IDEAL_LABEL", "REFERENCE_RANKERS", "ReferenceRun",
            "bm25_rankings", "dense_label", "pool_ideal_run", "reference_frame",
@@ -145,7 +146,7 @@ def dense_label(ds: Dataset, source: str) -> str:
 
 def _dense_run(ds: Dataset, corpus: Corpus, searches: pl.DataFrame) -> ReferenceRun:
     started = time.perf_counter()
-    vectors, source = _query_vectors(ds, corpus)  # the replay's own query vectors
+    vectors, source = query_vectors(ds, corpus)  # the replay's own query vectors
     plan = SeedPlan(corpus, _fresh_timeline(ds, corpus), _searches_of(corpus, searches),
                     vectors, searches["limit"].to_list())
     rankings = [list(plan.top[k][0]) for k in range(searches.height)]  # (ids, scores)

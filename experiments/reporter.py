@@ -36,12 +36,15 @@ from .bundle import (
     ABLATION_NOTES,
     ABLATION_SIDE_EFFECTS,
     ABLATION_SUMMARY,
-    COUNTERFACTUAL_CHANGES,
-    COUNTERFACTUAL_CURVE,
-    COUNTERFACTUAL_ESTIMATES,
-    COUNTERFACTUAL_LOGGED,
-    COUNTERFACTUAL_PER_QUERY,
-    COUNTERFACTUAL_PLOT,
+    CONFIG,
+    CONFIG_DECISION,
+    CONFIG_FUNNEL,
+    CONFIG_RUN,
+    CONFIG_SETTINGS,
+    CONFIG_SNIPPET,
+    CONFIG_SUMMARY,
+    CONFIG_TEST_SUMMARY,
+    CONFIG_TRIALS,
     DECISION,
     DECISION_BY_INTENT,
     DECISION_BY_INTENT_CSV,
@@ -93,6 +96,7 @@ from .experiment_config import ExperimentConfig, judged_metric
 from .measures.metrics import parse_metric
 from .recovery import SWEEP
 from .stages.ablate import Ablation
+from .stages.config_search import ConfigHeldOut, ConfigPlan, ConfigSearched
 from .stages.decide import Decision
 from .stages.held_out import HeldOutResult
 from .stages.isolation import IsolationAudit
@@ -101,6 +105,7 @@ from .stages.reference_rankers import Bm25Sanity, ReferenceRankers
 from .stages.replay_tables import VERDICT_LABELS, Prepared
 from .stages.weight_search import SearchHooks, Tuned, TuningPlan
 from .tracking import Tracker, engine_params, flatten, git_commit, metric_key
+from .variants.console import decision_table, settings_table, walks_line
 
 __all__ = ["Reporter"]
 
@@ -323,7 +328,8 @@ class Reporter:
                                   for r in audit.frame.iter_rows(named=True)})
             match = {r["arm"]: r for r in result.match.iter_rows(named=True)}
             for name, arm in result.arms.items():
-                kind = "side-effect" if name in ablation.effects else "ladder"
+                effect = name in ablation.effects
+                kind = "side-effect" if effect else "ladder"
                 with self.tracker.child(f"arm:{name}", tags={"msprlab.arm": name,
                                                              "msprlab.arm_kind": kind,
                                                              "msprlab.window": "test"}):
@@ -333,8 +339,10 @@ class Reporter:
                                          **{f"switch.{k}": v for k, v in
                                             switches(result.configs[name]).items()}})
                     self.tracker.metrics({
-                        **_arm_metrics(result.summary, name),
-                        **_arm_metrics(ablation.funnel, name, stem=("funnel",), sizes=False),
+                        **_arm_metrics(result.effects_summary if effect else result.summary,
+                                       name),
+                        **_arm_metrics(ablation.effects_funnel if effect else ablation.funnel,
+                                       name, stem=("funnel",), sizes=False),
                         "match/matched": match[name]["matched"],
                         "match/logged": match[name]["logged"],
                         "match/rate": match[name]["rate"]})
@@ -395,27 +403,37 @@ class Reporter:
 
     # ---- weight search ------------------------------------------------------------------
     @contextmanager
-    def study_run(self, plan: TuningPlan) -> Iterator[SearchHooks]:
-        """Around the search: its progress bar task and its MLflow child run `study` (the
-        settings as params); yields the live callbacks the search calls (recovery and
-        start messages printed, each trial's values as step metrics, the bar moved)."""
-        task = self.bar.add_task(f"tuning ({plan.sampler}, target {plan.n_trials} trials)",
-                                 total=plan.n_trials)
+    def study_run(self, plan: TuningPlan, config: ConfigPlan | None = None
+                  ) -> Iterator[SearchHooks]:
+        """Around the search (with `config`, the configuration search): its progress bar
+        task and its MLflow child run `study` (`config-study`; the settings as params);
+        yields the live callbacks the search calls (recovery and start messages printed,
+        each trial's values as step metrics, the bar moved)."""
+        n_trials = plan.n_trials if config is None else config.n_trials
+        study = plan.study_name if config is None else config.study_name
+        objectives = plan.objectives if config is None else config.objectives
+        what = "tuning" if config is None else "configuration search"
+        task = self.bar.add_task(f"{what} ({plan.sampler}, target {n_trials} trials)",
+                                 total=n_trials)
         tracker, cfg = self.tracker, self.cfg
         with ExitStack() as stack:
             if tracker is not None:
-                stack.enter_context(tracker.child("study",
-                                                  tags={"msprlab.study": plan.study_name}))
-                tracker.params({"study": plan.study_name, "storage": plan.storage_shown,
-                                "sampler": plan.sampler, "trials": plan.n_trials,
-                                "objectives": list(cfg.tune.objectives), "seed": cfg.seed,
+                stack.enter_context(tracker.child("study" if config is None else
+                                                  "config-study",
+                                                  tags={"msprlab.study": study}))
+                tracker.params({"study": study, "storage": plan.storage_shown,
+                                "sampler": plan.sampler, "trials": n_trials,
+                                "objectives": [o.label() for o in objectives], "seed": cfg.seed,
                                 **{f"range.{k}": list(v) for k, v in plan.space.ranges.items()},
-                                **{f"fixed.{k}": why for k, why in plan.space.fixed.items()}})
+                                **{f"fixed.{k}": why for k, why in plan.space.fixed.items()},
+                                **({} if config is None else {
+                                    f"setting.{k}": v for k, v in
+                                    config.search.settings.as_dict().items()})})
 
             def on_trial(record: Any) -> None:
                 if tracker is not None and record.values is not None:
                     tracker.metrics({f"trial/{o.key()}": v for o, v in zip(
-                        plan.objectives, record.values, strict=True)}, step=record.number,
+                        objectives, record.values, strict=True)}, step=record.number,
                         synchronous=False)
 
             def on_start(held: int, target: int) -> None:
@@ -434,16 +452,22 @@ class Reporter:
         """The study's records, inside its child run: the trials and the summary bundled,
         importance, best values and best weights logged."""
         result = tuned.result
-        self.bundle.frame(result.trials, STUDY_TRIALS)
-        self.bundle.json(tuned.summary, STUDY_SUMMARY)
+        self._study_records(result, tuned.summary, STUDY_TRIALS, STUDY_SUMMARY)
         if self.tracker is not None:
-            self.tracker.metrics({f"importance/{metric_key(label)}/{weight}": value
-                                  for label, values in result.importance.items()
-                                  for weight, value in values.items()})
             self.tracker.metrics({f"best/{o.key()}": v for o, v in zip(
                 plan.objectives, result.best_values[0], strict=True)})
             self.tracker.params({f"best.{w}": v for w, v in zip(
                 WEIGHTS, tuned.best.weights, strict=True)})
+
+    def _study_records(self, result: Any, summary: dict[str, Any], trials_file: str,
+                       summary_file: str) -> None:
+        """A study's trials and summary bundled, its parameter importance logged."""
+        self.bundle.frame(result.trials, trials_file)
+        self.bundle.json(summary, summary_file)
+        if self.tracker is not None:
+            self.tracker.metrics({f"importance/{metric_key(label)}/{name}": value
+                                  for label, values in result.importance.items()
+                                  for name, value in values.items()})
 
     def tuned(self, plan: TuningPlan, tuned: Tuned) -> None:
         """What the search did and found, and what its snippet cannot reproduce."""
@@ -461,6 +485,81 @@ class Reporter:
             self._note(note)
         for note in tuned.snippet_notes:
             self._print(f"[yellow]note ({SNIPPET}):[/yellow] {note}")
+
+    # ---- configuration search -----------------------------------------------------------
+    def walk(self, number: int, tables: int) -> None:
+        """A trial needs tables no cache holds: a walk over the timeline builds them."""
+        self._print(f"configuration search: walk {number} over the timeline builds "
+                    f"{tables} table(s) of one recorded state")
+
+    def config_study(self, plan: ConfigPlan, searched: ConfigSearched) -> None:
+        """The configuration study's records, inside its child run, and what it did: the
+        trials and summary bundled; the walks, the chosen settings and weights printed."""
+        result = searched.result
+        self._study_records(result, searched.summary, CONFIG_TRIALS, CONFIG_SUMMARY)
+        if self.tracker is not None:
+            self.tracker.params({f"chosen.{k}": v for k, v in searched.settings.items()})
+        self._print(walks_line(searched.summary["walks"], result.added, searched.seconds))
+        self._print(f"the study holds {result.held + result.added:,} trials: "
+                    f"{plan.study_name} in {plan.weights.storage_shown}; chosen (train "
+                    f"window, {plan.objectives[0].label()} {searched.train_value:.4f}): "
+                    + ", ".join(f"{k} {v}" for k, v in searched.settings.items()) + "; "
+                    + ", ".join(f"{k} {v:.3f}"
+                                for k, v in searched.best.named_weights._asdict().items()))
+        for note in [*plan.notes, *result.notes]:
+            self._note(note)
+        for note in searched.snippet_notes:
+            self._print(f"[yellow]note ({CONFIG_SNIPPET}):[/yellow] {note}")
+
+    def configuration(self, prepared: Prepared, held: ConfigHeldOut,
+                      searched: ConfigSearched) -> None:
+        """The chosen configuration on the test window: the settings and costs, the
+        confirmatory rows against off, on-zero and the weights-only tuned weights, the
+        stage funnel beside the shipped arms; bundled under config/, logged as the child
+        run `test:chosen` and the `headline/chosen` metrics."""
+        labels, primary = prepared.labels.source, self.cfg.metrics.primary
+        self.console.print(settings_table(
+            held.settings, held.costs, title="configuration search: the searched settings, "
+            "shipped and chosen (on the train window)"))
+        self.console.print(decision_table(
+            held.decision, title=f"test window: the chosen configuration against off, "
+            f"on-zero and the weights-only tuned weights, {primary}, per "
+            f"{held.decision['unit'][0] if held.decision.height else 'query'}; labels: "
+            f"{labels}"))
+        self.console.print(funnel_table(
+            held.funnel_wide, metric=primary, title=f"stage funnel, test window: the chosen "
+            f"configuration (its own pool) beside the shipped settings' arms; labels: {labels}"))
+        self.bundle.frame(held.decision, CONFIG_DECISION)
+        self.bundle.frame(held.summary, CONFIG_TEST_SUMMARY)
+        self.bundle.frame(held.funnel, CONFIG_FUNNEL)
+        self.bundle.frame(held.settings.join(pl.DataFrame(
+            {"arm": list(held.costs), "ms_per_search": list(held.costs.values())}),
+            how="cross"), CONFIG_SETTINGS)
+        for name, frame in held.frames.items():
+            self.bundle.frame(frame, per_search_file(CONFIG, name))
+        self.bundle.text(held.trec_run, CONFIG_RUN)
+        self.bundle.json(searched.snippet, CONFIG_SNIPPET)
+        if self.tracker is None:
+            return
+        values = {metric_key("headline", "chosen", primary): r["mean"]
+                  for r in held.summary.filter(
+                      pl.col("arm") == "chosen", pl.col("metric") == primary,
+                      pl.col("group_by") == "overall", pl.col("unit") == "query"
+                  ).iter_rows(named=True)}
+        for r in held.decision.iter_rows(named=True):
+            stem = f"chosen_minus_{r['reference']}"
+            values |= {metric_key("headline", stem, primary): r["delta"],
+                       metric_key("headline", stem, primary, "ci_low"): r["ci_low"],
+                       metric_key("headline", stem, primary, "ci_high"): r["ci_high"]}
+        self.tracker.metrics({k: v for k, v in values.items()
+                              if v is not None and not math.isnan(v)})
+        with self.tracker.child("test:chosen", tags={"msprlab.arm": "chosen",
+                                                     "msprlab.window": "test"}):
+            self.tracker.params({f"setting.{k}": v for k, v in searched.settings.items()})
+            self.tracker.metrics({**_arm_metrics(held.summary, "chosen"),
+                                  **_arm_metrics(held.funnel, "chosen", stem=("funnel",),
+                                                 sizes=False),
+                                  "cost/ms_per_search": held.costs["chosen"]})
 
     # ---- test window --------------------------------------------------------------------
     def held_out(self, prepared: Prepared, held: HeldOutResult) -> None:
@@ -566,27 +665,8 @@ class Reporter:
     def counterfactual(self, prepared: Prepared, result: Any) -> None:
         """The position bias of the verdict log and each arm's IPS and SNIPS nDCG@k
         (`experiments.counterfactual`): printed, bundled, logged to MLflow."""
-        from .counterfactual.report import (
-            curve_png,
-            curve_table,
-            estimates_table,
-            logged_record,
-        )
-        self.console.print(curve_table(result))
-        self.console.print(estimates_table(result, result.raw, result.raw_metric,
-                                           prepared.labels.shown))
-        est = result.estimates
-        self.bundle.frame(result.curve.frame, COUNTERFACTUAL_CURVE)
-        self.bundle.bytes(curve_png(result), COUNTERFACTUAL_PLOT)
-        self.bundle.frame(est.estimates, COUNTERFACTUAL_ESTIMATES)
-        self.bundle.frame(est.changes, COUNTERFACTUAL_CHANGES)
-        self.bundle.frame(est.questions, COUNTERFACTUAL_PER_QUERY)
-        self.bundle.json(logged_record(result), COUNTERFACTUAL_LOGGED)
-        self._print(f"position bias plot: {self.bundle.folder / COUNTERFACTUAL_PLOT}")
-        if self.tracker is not None:
-            self.tracker.metrics({
-                f"counterfactual/{r['estimator']}/{metric_key(r['arm'])}": r["mean"]
-                for r in est.estimates.iter_rows(named=True) if math.isfinite(r["mean"])})
+        from .counterfactual.report import publish
+        publish(self.console, self.bundle, self.tracker, prepared.labels.shown, result)
 
     def _judged(self, prepared: Prepared) -> str | None:
         """The judged@K metric shown beside every arm when the labels are verdicts."""

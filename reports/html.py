@@ -45,6 +45,7 @@ from ._format import (
     side_effect_rows,
     significance,
 )
+from .configuration import config_html
 from .explore_page import ExplorePage, explore_page
 from .load import Results
 from .provenance import config_text, provenance_items
@@ -365,7 +366,7 @@ def render_html(results: Results, *, explore: ExplorePage | None = None) -> str:
         glance=_glance(results, primary, view), test=_test(results, primary),
         decision=_decision(results, min_support),
         ablation=_ablation(results, primary), funnel=_funnel(results, primary),
-        study=_study(results, view),
+        study=_study(results, view), configuration=config_html(results.config),
         weights=_weights(results, view), audit=_audit(results),
         explore=(explore or explore_page(results.explore) or _NO_PAGE).section or None,
         provenance=provenance_items(results.provenance),

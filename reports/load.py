@@ -48,6 +48,8 @@ from msprlab.experiments.bundle import (
 )
 from msprlab.experiments.explore.questions import ExploreData, ExploreError, load_explore
 
+from .configuration import load_config
+
 __all__ = ["AUDIT_COLUMNS", "COMPARISON_COLUMNS", "DECISION_COLUMNS", "FUNNEL_METRICS",
            "FUNNEL_SUMMARY_COLUMNS", "PARTS", "SUMMARY_COLUMNS", "BundleError", "Results",
            "load_bundle"]
@@ -138,12 +140,13 @@ class Results:
     missing: tuple[str, ...] = ()
     # The per-query explorer's files (`experiments.explore`), when the bundle has them.
     explore: ExploreData | None = None
+    config: Any = None  # `configuration.ConfigPart`: a configuration search's part, or None
 
 
 def _json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BundleError(f"{path}: not valid JSON ({exc})") from exc
 
 
@@ -161,15 +164,27 @@ def _frame(path: Path, required: tuple[str, ...]) -> pl.DataFrame:
 def _row_counts(folder: Path) -> dict[str, int]:
     if not folder.is_dir():
         return {}
-    return {p.stem: int(pl.scan_parquet(p).select(pl.len()).collect().item())
-            for p in sorted(folder.glob("*.parquet"))}
+    return {p.stem: _rows(p) for p in sorted(folder.glob("*.parquet"))}
+
+
+def _rows(path: Path) -> int:
+    try:
+        return int(pl.scan_parquet(path).select(pl.len()).collect().item())
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise BundleError(f"{path}: cannot be read as Parquet ({exc})") from exc
 
 
 def _line_counts(folder: Path) -> dict[str, int]:
     if not folder.is_dir():
         return {}
-    return {p.stem: sum(1 for line in p.read_text(encoding="utf-8").splitlines() if line)
-            for p in sorted(folder.glob("*.trec"))}
+    return {p.stem: _lines(p) for p in sorted(folder.glob("*.trec"))}
+
+
+def _lines(path: Path) -> int:
+    try:
+        return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line)
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{path}: not a text file ({exc})") from exc
 
 
 def _notes(value: Any, path: Path) -> tuple[str, ...]:
@@ -263,7 +278,8 @@ def load_bundle(folder: Path | str) -> Results:
         audit=frame(ISOLATION_AUDIT, AUDIT_COLUMNS),
         funnel=_funnel(*funnels.values()),
         missing=tuple(p for p in PARTS if p not in present),
-        explore=_explore(folder))
+        explore=_explore(folder),
+        config=load_config(folder, _frame, _json, _funnel_wide))
 
 
 def _explore(folder: Path) -> ExploreData | None:

@@ -45,6 +45,7 @@ from ._format import (
     side_effect_rows,
     significance,
 )
+from .configuration import config_markdown
 from .load import Results
 from .provenance import provenance_items
 from .study import study_view
@@ -266,6 +267,7 @@ def render_markdown(results: Results) -> str:
     if metric is not None:
         out += _side_effects_section(results, metric)
     out += _weights_section(results)
+    out += config_markdown(results.config)
     out += _audit_section(results)
     out += _provenance_section(results)
     return "\n".join(out).rstrip("\n") + "\n"

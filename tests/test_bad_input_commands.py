@@ -217,6 +217,67 @@ def test_report_out_under_a_file(tmp_path, capsys) -> None:
     assert_refused(code, text, "--out", "is a file, not a folder")
 
 
+@pytest.mark.parametrize("part", ["ablation/per_search/off.parquet", "ablation/summary.parquet",
+                                  "test/per_search/tuned.parquet"])
+def test_report_names_a_corrupt_parquet_file(tmp_path, capsys, part) -> None:
+    bundle = tmp_path / BUNDLE.name
+    shutil.copytree(BUNDLE, bundle)
+    (bundle / part).write_bytes(b"PAR1 not really parquet")
+    code, text = run(["report", str(bundle)], capsys)
+    assert_refused(code, text, str(bundle / part), "cannot be read as Parquet")
+    assert not (bundle / "report.html").exists()
+
+
+def test_report_names_a_json_file_that_is_not_text(tmp_path, capsys) -> None:
+    bundle = tmp_path / BUNDLE.name
+    shutil.copytree(BUNDLE, bundle)
+    (bundle / "ablation" / "notes.json").write_bytes(b"\xff\xfe\x00[")
+    code, text = run(["report", str(bundle)], capsys)
+    assert_refused(code, text, str(bundle / "ablation" / "notes.json"), "not valid JSON")
+
+
+def test_a_corrupt_cached_replay_names_its_folder(tmp_path, capsys) -> None:
+    definition = _small(tmp_path, '[ablation]\narms = ["off", "on-zero"]\n')
+    assert main(["ablate", str(definition), "--root", str(tmp_path), "--no-track"]) == 0
+    capsys.readouterr()
+    [cached, *_] = sorted(tmp_path.glob("runs/**/candidates.parquet"))
+    cached.write_bytes(b"garbage")
+    code, text = run(["ablate", str(definition), "--root", str(tmp_path), "--no-track"], capsys)
+    assert_refused(code, text, str(cached.parent), "a cached replay that cannot be read",
+                   "delete the folder")
+
+
+def test_a_store_that_cannot_be_written_is_exit_2_naming_it(tmp_path, capsys,
+                                                            monkeypatch) -> None:
+    """The main job's store on a full disk, simulated at the boundary: DuckDB fails the
+    commit as it does when the disk is full (a TransactionException; with a real small
+    tmpfs below, where mounting is allowed)."""
+    from msprlab.datasets import store
+
+    connect = duckdb.connect
+
+    class FullDisk:
+        def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+            self._con = con
+
+        def __getattr__(self, name: str):
+            return getattr(self._con, name)
+
+        def execute(self, query: str, *args):
+            if query == "CHECKPOINT":
+                raise duckdb.TransactionException(
+                    "TransactionContext Error: Failed to commit: Could not write file "
+                    "\"x.wal\": No space left on device")
+            return self._con.execute(query, *args)
+
+    monkeypatch.setattr(store.duckdb, "connect", lambda *a, **k: FullDisk(connect(*a, **k)))
+    definition = _small(tmp_path)
+    code, text = run(["run", str(definition), "--root", str(tmp_path), "--no-track"], capsys)
+    assert_refused(code, text, "dataset.store", "small", "No space left on device",
+                   "nothing was replaced")
+    assert not list(tmp_path.glob("runs/*.duckdb")) and not (tmp_path / "results").exists()
+
+
 # ---- a full disk (a real one: a 200 KB tmpfs; needs the right to mount) ---------------
 
 @pytest.fixture
@@ -242,4 +303,13 @@ def test_ingest_on_a_full_disk_replaces_nothing(full_disk, capsys) -> None:
 def test_report_on_a_full_disk_leaves_no_folder(full_disk, capsys) -> None:
     code, text = run(["report", str(BUNDLE), "--out", str(full_disk / "r")], capsys)
     assert_refused(code, text, "--out", "No space left on device")
+    assert list(full_disk.iterdir()) == []
+
+
+def test_the_main_job_on_a_full_disk_is_exit_2(full_disk, tmp_path, capsys) -> None:
+    definition = tmp_path / "small.toml"
+    definition.write_text(SMALL.replace('store = "runs/small.duckdb"',
+                                        f'store = "{full_disk}/small.duckdb"'))
+    code, text = run(["run", str(definition), "--root", str(tmp_path), "--no-track"], capsys)
+    assert_refused(code, text, "dataset.store", str(full_disk), "No space left on device")
     assert list(full_disk.iterdir()) == []

@@ -81,10 +81,12 @@ def test_the_stage_can_be_switched_off(contextkit_world_store, tmp_path, capsys)
 
 
 @pytest.mark.parametrize(("setting", "needle"), [
-    ("clip = 0", "counterfactual.clip must be in (0, 1], got 0.0"),
-    ("clip = 1.5", "counterfactual.clip must be in (0, 1], got 1.5"),
-    ("max_unshown = -0.1", "counterfactual.max_unshown must be in [0, 1], got -0.1"),
-    ("resamples = 0", "counterfactual.resamples must be >= 1, got 0"),
+    ("clip = 0", "counterfactual.clip = 0.0 is out of range: it must be a number in (0, 1]"),
+    ("clip = 1.5", "counterfactual.clip = 1.5 is out of range: it must be a number in (0, 1]"),
+    ("max_unshown = -0.1", "counterfactual.max_unshown = -0.1 is out of range: it must be a "
+                           "number in [0, 1]"),
+    ("resamples = 0", "counterfactual.resamples = 0 is out of range: it must be an integer "
+                      ">= 1"),
     ('estimator = "dm"', "counterfactual.estimator: 'dm' is not one of snips, ips"),
     ("bogus = 1", "counterfactual: unknown key 'bogus'"),
 ])

@@ -69,16 +69,7 @@ def test_shipped_definitions_load() -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("[tune]\ntrails = 3\n", "tune: unknown key 'trails'; known keys: trials, sampler"),
     ("colour = 1\n", "unknown key 'colour'; known top-level keys: name"),
-    ("[engine.mspr]\nenabeld = true\n", "engine: unknown key mspr.enabeld"),
-    ("[metrics]\nnames = ['ndcg@10']\nprimary = 'mrr'\n", "metrics.primary 'mrr' must be"),
-    ("[metrics]\nnames = ['ndgc@10']\n", "unknown metric 'ndgc@10'"),
-    ("[tune]\nranges = { alpha = [0, 1] }\n", "unknown weight 'alpha'"),
-    ("[tune]\nranges = { alpha_dense = [0.5, 0.2] }\n", "0 <= low <= high <= 1"),
-    ("[split]\ntest_fraction = 1.5\n", "test_fraction must be in (0, 1)"),
-    ("[tune]\nsampler = 'grid'\n", "tune.sampler: 'grid' is not one of tpe, cmaes, random"),
-    ("[tune]\ntrials = 'many'\n", "tune.trials: expected int"),
     ("[decision]\nmargin = 0.01\n", "decision: unknown key 'margin'; known keys: metric, unit"),
     ("[decision]\nalpha = 0.7\n", "decision.alpha: `0 < alpha < 0.5` must hold, but got 0.7"),
     ("[decision]\npower = 0.01\n", "decision.power: `alpha < power < 1`"),

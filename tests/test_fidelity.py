@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -125,9 +126,9 @@ def test_the_search_can_be_switched_off_and_thresholds_set(world_store, tmp_path
 
 
 @pytest.mark.parametrize(("key", "value", "needle"), [
-    ("min_nodes", "1.5", "fidelity.min_nodes must be in [0, 1], got 1.5"),
+    ("min_nodes", "1.5", "fidelity.min_nodes = 1.5 is out of range: it must be a number in [0, 1]"),
     ("on_fail", '"ignore"', "fidelity.on_fail: 'ignore' is not one of stop, warn"),
-    ("tolerance", "-1", "fidelity.tolerance must be in [0, 1]"),
+    ("tolerance", "-1", "fidelity.tolerance = -1.0 is out of range"),
     ("bogus", "1", "fidelity: unknown key 'bogus'"),
 ])
 def test_a_bad_fidelity_setting_is_refused(tmp_path, key, value, needle):
@@ -216,3 +217,27 @@ def test_a_passed_check_goes_into_the_bundle_and_mlflow(world_store, tmp_path):
     assert parent["metrics.fidelity/nodes"] == 1.0 and parent["metrics.fidelity/passed"] == 1.0
     assert parent["metrics.fidelity/in_top"] == written["figures"]["in_top"]
     assert parent["tags.msprlab.fidelity"] == "passed"
+
+
+def test_the_check_on_a_set_of_worlds(world_store, tmp_path, capsys):
+    """`fidelity.on_worlds` on a folder laid out as `parity.worlds` writes one: the matched
+    definition goes on, the mismatched one and the projected queries stop."""
+    from msprlab.experiments.fidelity.on_worlds import main as on_worlds
+    assert on_worlds([str(tmp_path)]) == 2  # no world there
+    folder = tmp_path / "set" / "w"
+    folder.mkdir(parents=True)
+    shutil.copy(world_store, folder / "store.duckdb")
+    assert main(["ingest", "contextkit", "--feedback-db", str(WORLD / "feedback_events.db"),
+                 "--graph-jsonl", str(WORLD / "context_graph.jsonl"), "--qdrant-path",
+                 str(WORLD / "qdrant"), "--store", str(folder / "store-projected.duckdb")]) == 0
+    definition(folder, folder / "store.duckdb", DECAY_OFF, name="matched.toml")
+    definition(folder, folder / "store.duckdb", name="mismatched.toml")
+    capsys.readouterr()
+    records = tmp_path / "records.json"
+    assert on_worlds([str(tmp_path / "set"), "--json", str(records)]) == 0
+    found = {r["definition"]: r for r in json.loads(records.read_text())}
+    assert found["matched"]["passed"] and found["matched"]["nodes"] == 1.0
+    assert not found["mismatched"]["passed"]
+    assert found["mismatched"]["named"] == {"context_graph.decay.enabled": [True, False]}
+    assert not found["projected"]["passed"] and "in_top" in found["projected"]["failing"]
+    assert "stops (exit 2)" in capsys.readouterr().out

@@ -186,6 +186,10 @@ GENERIC = [
         "ts": "2024-03-02T00:00:00Z", "kind": "memory_added", "memory_id": "m1"}),
          ("events.jsonl line 13: field 'kind': memory_added of 'm1' a second time (first "
           "at events.jsonl line 1)",)),
+    Case("added-after-created", lambda f: edit_line(f / "events.jsonl", 1,
+                                                    {"ts": "2024-03-01T09:30:00Z"}),
+         ("events.jsonl line 1: field 'ts': memory_added of 'm1' at 2024-03-01 09:30:00 is "
+          "not at the memory's created_at 2024-03-01 09:00:00",)),
     Case("deleted-twice", lambda f: _append(f / "events.jsonl", {
         "ts": "2024-05-02T00:00:00Z", "kind": "memory_deleted", "memory_id": "m4"}),
          ("events.jsonl line 13: field 'kind': memory_deleted of 'm4' a second time",)),

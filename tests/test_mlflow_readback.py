@@ -97,6 +97,30 @@ def test_arm_and_test_children_use_one_key_convention(logged) -> None:
         assert child[f"metrics.n/intent/{r['group']}"] == r["n"]
 
 
+def test_side_effect_arms_are_logged_like_the_ladder(logged) -> None:
+    runs, bundle, _ = logged
+    keys = {c for c in runs.columns if c.startswith("metrics.")}
+
+    def logged_keys(name: str) -> set[str]:
+        run = _one(runs, name)
+        return {k for k in keys if run[k] is not None and not (
+            isinstance(run[k], float) and math.isnan(run[k]))}
+
+    ladder = logged_keys("arm:on-zero")
+    assert f"metrics.{PRIMARY}" in ladder and f"metrics.per_search/{PRIMARY}" in ladder
+    assert any(k.startswith("metrics.funnel/") for k in ladder)
+    for name in ("no-feedback", "no-success", "no-frequency"):
+        run = _one(runs, f"arm:{name}")
+        assert run["tags.msprlab.arm_kind"] == "side-effect"
+        # the same keys as a ladder arm (a group one arm never reaches may differ)
+        assert logged_keys(f"arm:{name}") == ladder, name
+        # and the values of its own per-search frame in the bundle
+        frame = pl.read_parquet(bundle / "ablation" / "per_search" / f"{name}.parquet")
+        values = frame["ndcg@10"].drop_nans().drop_nulls()
+        assert run[f"metrics.per_search/{PRIMARY}"] == pytest.approx(values.mean(), abs=1e-12)
+        assert run["metrics.per_search/n"] == values.len()
+
+
 def test_the_report_prints_the_logged_headline(logged) -> None:
     runs, bundle, _ = logged
     parent = _one(runs, "run:small")

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import msprlab.experiments.replay as replay_module
+import msprlab.experiments.variants.walk as walk_module
 from msprlab.datasets.timeline import (
     DEFAULT_SEEDS,
     SeedPlan,
@@ -42,7 +42,8 @@ from msprlab.engine.roles import (
 )
 from msprlab.engine.search import effective_filters, featurize_search, search, seed_payload
 from msprlab.engine.state import EngineState
-from msprlab.experiments.replay import AUDIT_POLICY, _Audit, _Collector, replay
+from msprlab.experiments.replay import replay
+from msprlab.experiments.variants.walk import AUDIT_POLICY, _Audit, _Collector
 
 from replay_world import StripedPolicy, signals, world
 from spec_fixture import NO_DECAY, fixture, request
@@ -122,9 +123,9 @@ def test_featurize_search_is_search_up_to_the_candidates(seed: int, name: str,
             return outcome
         return call
 
-    monkeypatch.setattr(replay_module, "featurize_search", recorded("lean", featurize_search))
+    monkeypatch.setattr(walk_module, "featurize_search", recorded("lean", featurize_search))
     lean = replay(log, config, policy=policy)
-    monkeypatch.setattr(replay_module, "featurize_search", recorded("full", search))
+    monkeypatch.setattr(walk_module, "featurize_search", recorded("full", search))
     full = replay(log, config, policy=policy)
     assert len(runs["lean"]) == len(runs["full"]) == log.events.filter(
         pl.col("kind") == "search").height
@@ -500,7 +501,7 @@ def test_table_is_the_same_whether_searches_run_on_positions_or_objects(
             made = new_state(*args, **kwargs)
             made.positional_search = on
             return made
-        monkeypatch.setattr(replay_module, "new_state", state)
+        monkeypatch.setattr(walk_module, "new_state", state)
         tables.append(replay(log, config, frequency=frequency, policy=policy))
     on, off = tables
     assert on.candidates.height > 100

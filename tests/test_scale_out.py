@@ -169,24 +169,32 @@ def workers_of(url: str) -> dict[str, int]:
     return {json.loads(value): n for value, n in rows}
 
 
-def running_trials_of(url: str, worker: str) -> list[int]:
+def running_trials_of(url: str, worker: str, study: str | None = None,
+                      states: tuple[str, ...] = ("RUNNING",)) -> list[int]:
+    """The numbers of `worker`'s trials in these states (of `study`, or of any)."""
     import psycopg
     with psycopg.connect(url) as connection:
-        rows = connection.execute(
-            "SELECT t.number FROM trials t JOIN trial_user_attributes a USING (trial_id) "
-            "WHERE t.state = 'RUNNING' AND a.key = %s AND a.value_json = %s",
-            (WORKER_ATTR, json.dumps(worker))).fetchall()
+        try:
+            rows = connection.execute(
+                "SELECT t.number FROM trials t JOIN trial_user_attributes a USING (trial_id) "
+                "JOIN studies s USING (study_id) WHERE t.state::text = ANY(%s) AND a.key = %s "
+                "AND a.value_json = %s AND (%s::text IS NULL OR s.study_name = %s::text)",
+                (list(states), WORKER_ATTR, json.dumps(worker), study, study)).fetchall()
+        except psycopg.errors.UndefinedTable:  # no process has created Optuna's tables yet
+            return []
     return [number for (number,) in rows]
 
 
-def kill_mid_trial(process: subprocess.Popen, url: str, timeout: float = 60) -> int:
-    """`kill -9` `process` while it runs a trial: stopped (SIGSTOP) until the database shows
-    a RUNNING trial of its own, let go again when it shows none; returns the trial number."""
+def kill_mid_trial(process: subprocess.Popen, url: str, timeout: float = 60,
+                   study: str | None = None) -> int:
+    """`kill -9` `process` while it runs a trial (of `study`): stopped (SIGSTOP) until the
+    database shows a RUNNING trial of its own, let go again when it shows none; returns the
+    trial number."""
     worker = f"{socket.gethostname()}:{process.pid}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
         os.kill(process.pid, signal.SIGSTOP)
-        if running := running_trials_of(url, worker):
+        if running := running_trials_of(url, worker, study):
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
             return running[0]
@@ -291,6 +299,83 @@ def test_a_tune_process_of_another_definition_is_refused(postgres, prepared: Pat
     assert "Traceback" not in text
     assert [(t.number, t.state) for t in study_trials(url, "small")] == \
         [(t.number, t.state) for t in before]  # refused before it ran a trial
+
+
+# -- a configuration search shared by hosts --------------------------------------------------
+
+# The small definition searching two settings beside the weights (issue 38): the weights-only
+# study "small", then the configuration study "small-config", both on the database.
+CONFIG_DEFINITION = DEFINITION + """config_trials = 24
+points_per_state = 2
+trials_per_point = 2
+
+[tune.settings]
+"context_graph.retrieval.expansion_depth" = [1, 3]
+"mspr.feedback.boost_delta" = { low = 0.05, high = 0.25, step = 0.1 }
+"""
+
+
+@pytest.fixture(scope="module")
+def prepared_config(tmp_path_factory) -> Path:
+    """A working folder with the configuration definition's store and the replay cache of
+    its shipped tables (no configuration table: each host builds those it needs)."""
+    root = tmp_path_factory.mktemp("prepared-config")
+    (root / "small.toml").write_text(CONFIG_DEFINITION)
+    assert main(["ablate", str(root / "small.toml"), "--root", str(root), "--no-track"]) == 0
+    return root
+
+
+def test_tune_processes_share_a_configuration_search_through_a_kill(
+        postgres, prepared_config: Path, tmp_path: Path) -> None:
+    """Two hosts' `msprlab tune` on one database: the weights-only study, then the
+    configuration study, each host building the tables its trials need; one killed -9
+    while its configuration trials run (a round: several trials RUNNING at once)."""
+    url, target = database(postgres, "config"), 24
+    roots = [host(prepared_config, tmp_path / f"host{k}") for k in range(2)]
+    cached = {p.name for p in (prepared_config / "runs").glob("*.cache/*") if p.is_dir()}
+    running = [subprocess.Popen(tune_command(root, url, "--trials", "4", "--config-trials",
+                                             str(target)),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for root in roots]
+    survivor, victim = running
+    mine = f"{socket.gethostname()}:{victim.pid}"
+    try:
+        wait_for(lambda: len(running_trials_of(url, mine, "small-config",
+                                               ("RUNNING", "COMPLETE"))) >= 2
+                 or any(p.poll() is not None for p in running),
+                 timeout=180, what="the victim running configuration trials")
+        assert all(p.poll() is None for p in running), "a process ended before the kill"
+        killed = kill_mid_trial(victim, url, timeout=120, study="small-config")
+        out = survivor.communicate(timeout=400)[0]
+    finally:
+        for p in running:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert survivor.returncode == 0, out
+    text = " ".join(out.split())
+    assert f"the study holds {target} trials: small-config in {url}" in text, out
+    assert victim.returncode == -signal.SIGKILL
+    trials = study_trials(url, "small-config")
+    assert sorted(t.number for t in trials) == list(range(len(trials)))
+    by_state = counts(trials)
+    assert by_state["COMPLETE"] == target                      # exactly N
+    assert set(by_state) <= {"COMPLETE", "FAIL"}               # none RUNNING or WAITING
+    failed = {t.number for t in trials if t.state == TrialState.FAIL}
+    assert killed in failed
+    retried = {t.system_attrs["failed_trial"]: t for t in trials if "failed_trial" in
+               t.system_attrs and t.state == TrialState.COMPLETE}
+    assert failed <= retried.keys()                              # each run again
+    assert not [t.number for t in trials if DROPPED_ATTR in t.system_attrs]
+    for number in failed:
+        assert retried[number].params.items() >= trials[number].params.items()
+    assert len({t.user_attrs[WORKER_ATTR] for t in trials}) == 2  # both took part
+    # each host builds the configuration tables its trials need, in its own replay cache
+    built = [len({p.name for p in (root / "runs").glob("*.cache/*") if p.is_dir()} - cached)
+             for root in roots]
+    assert built[0] > 0  # the survivor; the victim may have been killed mid-walk
+    print(f"configuration search on two hosts, --config-trials {target}: {by_state}, "
+          f"killed trial {killed}, failed {sorted(failed)}, tables built per host {built}")
 
 
 # -- one MLflow tracking server --------------------------------------------------------------

@@ -231,3 +231,17 @@ def test_schema_tables_are_all_stored(small, tmp_path):
     finally:
         con.close()
     assert names == {*TABLES, "manifest"}
+
+
+def test_a_column_an_older_msprlab_did_not_write_reads_as_null(small, tmp_path):
+    path = tmp_path / "store.duckdb"
+    ingest(small, path)
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE feedback_records DROP COLUMN success_row")
+    con.execute("DROP TABLE query_embeddings")
+    con.close()
+    ds = load_dataset(path)
+    assert ds.feedback_records["success_row"].null_count() == ds.feedback_records.height > 0
+    assert ds.feedback_records.drop("success_row").equals(
+        small.feedback_records.drop("success_row"))
+    assert ds.query_embeddings.height == 0

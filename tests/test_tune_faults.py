@@ -342,3 +342,28 @@ def test_stale_trials_are_failed_under_the_setup_lock(tmp_path: Path) -> None:
     assert done.wait(timeout=30), "failing stale trials under the setup lock hung"
     assert [t.state for t in storage.get_all_trials(study_id)] == [TrialState.FAIL,
                                                                    TrialState.WAITING]
+
+
+def test_a_trial_failed_by_another_worker_is_recognised(tmp_path: Path) -> None:
+    """What Optuna raises when another worker failed this process's trial while it ran (its
+    heartbeat lapsed on a loaded machine): `_optimize` goes on with the next trial for this,
+    and only for this (an objective's own error still ends the worker)."""
+    from msprlab.experiments.tune.workers import failed_elsewhere
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
+    study = optuna.create_study(storage=storage, direction="maximize")
+
+    def failed_meanwhile(trial: optuna.Trial) -> float:  # as another worker's check does
+        storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        return 0.5
+
+    with pytest.raises(BaseException) as caught:
+        study.optimize(failed_meanwhile, n_trials=1)
+    assert failed_elsewhere(caught.value), repr(caught.value)
+
+    def broken(trial: optuna.Trial) -> float:
+        raise AssertionError("a bug of ours")
+
+    with pytest.raises(AssertionError) as own:
+        study.optimize(broken, n_trials=1)
+    assert not failed_elsewhere(own.value)

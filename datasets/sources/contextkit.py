@@ -35,7 +35,8 @@ standard `sqlite3` module, read-only (DuckDB's sqlite extension downloads at run
   helpful, and `query_id` = the row's query hash (null for a verdict without a query).
   The replay recomputes each verdict's delta; what production applied is kept beside it
   in `feedback_records` (memory, time, user, helpful, `delta_applied`, `metadata_json` as
-  text), for the fidelity check to compare (`experiments/fidelity`). Order: (ts, kind in
+  text, and whether `query_success.db` holds its row), for the fidelity check to compare
+  (`experiments/fidelity`). Order: (ts, kind in
   `EVENT_KINDS` order, source order with feedback rows by id); `seq` = `event_id` = the
   position on that timeline.
 - **Queries.** One per distinct query hash of the feedback rows: `query_id` = the hash
@@ -99,7 +100,7 @@ DEFAULT_COLLECTION = "outhad_contextkit"  # the library's QdrantConfig.collectio
 NODE_STATE_KEY = "contextkit_node"
 FLAGS = {"feedback_db": "--feedback-db", "success_db": "--success-db",
          "graph_jsonl": "--graph-jsonl", "qdrant_path": "--qdrant-path"}
-_LOADER_REVISION = 2  # 2: feedback_records
+_LOADER_REVISION = 3  # 2: feedback_records; 3: their success_row
 _OWNERS = ("user_id", "agent_id", "run_id", "tenant_id", "sub_tenant_id")
 _COLUMN_KEYS = frozenset(PAYLOAD_FIELDS)  # the payload keys with a column; the rest: metadata
 _KINDS = ("node", "edge", "embedding")
@@ -307,10 +308,13 @@ def _read_feedback(path: Path) -> list[_Verdict]:
     return verdicts
 
 
-def _check_success(path: Path, verdicts: list[_Verdict]) -> None:
-    """Every success row must be one the replay of the verdicts writes again."""
+def _check_success(path: Path, verdicts: list[_Verdict]) -> list[bool]:
+    """Every success row must be one the replay of the verdicts writes again; returns, per
+    verdict, whether a success row is its own (each row taken by the first verdict of its
+    key not taken yet)."""
     columns = ("id", "query_hash", "memory_id", "user_id", "helpful", "timestamp")
     left = Counter(v.key for v in verdicts if v.query_hash is not None)
+    found: Counter[tuple[Any, ...]] = Counter()
     for row_id, query_hash, memory_id, user, helpful, ts in _sqlite_rows(
             path, "query_success", columns, FLAGS["success_db"]):
         where = f"{path.name} row id={row_id}"
@@ -325,6 +329,13 @@ def _check_success(path: Path, verdicts: list[_Verdict]) -> None:
                   "backfill_mspr, MSPR.md §18 quirk 7, looks like this); leave out "
                   "--success-db to ingest without the check")
         left[key] -= 1
+        found[key] += 1
+    rowed = []
+    for v in verdicts:
+        rowed.append(found[v.key] > 0 and v.query_hash is not None)
+        if rowed[-1]:
+            found[v.key] -= 1
+    return rowed
 
 
 # ---- graph export ------------------------------------------------------------------------
@@ -592,8 +603,8 @@ def _events(memories: pl.DataFrame, verdicts: list[_Verdict]) -> pl.DataFrame:
 
 def _feedback_records(verdicts: list[_Verdict]) -> pl.DataFrame:
     rows = [{"memory_id": v.memory_id, "ts": v.ts, "user_id": v.user_id, "helpful": v.helpful,
-             "delta_applied": v.delta_applied, "metadata": v.metadata, "_file": v.file,
-             "_row": v.row} for v in verdicts]
+             "delta_applied": v.delta_applied, "metadata": v.metadata, "success_row": None,
+             "_file": v.file, "_row": v.row} for v in verdicts]
     return pl.DataFrame(rows, schema=_provenanced(FEEDBACK_RECORDS))
 
 
@@ -655,7 +666,9 @@ def load_contextkit(*, feedback_db: Path | None, success_db: Path | None,
                  feedback_records=_feedback_records(verdicts))
     validate(ds)
     if paths["success_db"] is not None:  # after validate: a bad verdict is the first report
-        _check_success(paths["success_db"], verdicts)
+        rowed = _check_success(paths["success_db"], verdicts)
+        ds = replace(ds, feedback_records=ds.feedback_records.with_columns(
+            success_row=pl.Series(rowed, dtype=pl.Boolean)))
     report("read", 5, 5)
     return ds
 

@@ -42,6 +42,7 @@ from ..measures.scoring import Arm, arm_of
 from ..recovery import planted_recovery
 from ..reporter import Reporter
 from ..stages.ablate import ablation_stage
+from ..stages.config_search import config_held_out, plan_config_search, search_configuration
 from ..stages.decide import decision_stage
 from ..stages.held_out import held_out_stage
 from ..stages.isolation import isolation_stage
@@ -110,10 +111,20 @@ def _tune(out: Reporter, cfg: ExperimentConfig, prepared: Prepared, arms: Experi
                           plan.metrics)
     recovery = planted_recovery(prepared.store, prepared.dataset.digest, plan.test_scorer,
                                 tuned.best, cfg.metrics.primary)
+    config = plan_config_search(cfg, prepared, plan, trials=args.config_trials,
+                                progress=out.progress(), on_walk=out.walk, start=tuned.best)
+    configured = None
+    if config is not None:  # [tune.settings]: the settings searched beside the weights
+        with out.study_run(plan, config) as hooks:
+            searched = search_configuration(cfg, prepared, config, hooks)
+            out.config_study(config, searched)
+        configured = (config_held_out(cfg, prepared, config, searched, held), searched)
 
     def report(snippet: dict[str, Any] | None = None) -> None:
         out.tuned(plan, tuned)
         out.held_out(prepared, held if snippet is None else replace(held, snippet=snippet))
+        if configured is not None:
+            out.configuration(prepared, *configured)
         out.recovery(recovery)
     return _Measured(report, dict(held.frames), tuned.snippet, tuned.best)
 
@@ -241,6 +252,11 @@ def add_experiment_commands(commands: Any) -> None:
                                  "trials a killed run left RUNNING are run again, not "
                                  "counted; on a database every process on the study stops "
                                  "at exactly N); default: the definition's tune.trials")
+        parser.add_argument("--config-trials", type=_at_least_one, default=None,
+                            metavar="N",
+                            help="the configuration search's target total of trials (a "
+                                 "definition with [tune.settings] only); default: the "
+                                 "definition's tune.config_trials")
         parser.add_argument("--sampler", choices=("tpe", "cmaes", "random"), default=None,
                             help="Optuna sampler (default: the definition's, tpe); a study "
                                  "keeps the sampler it was created with")

@@ -32,6 +32,7 @@ from msprlab.experiments.cli.explain import add_explain_command
 from msprlab.experiments.cli.ingest import add_ingest_commands
 from msprlab.experiments.cli.replay import add_replay_command
 from msprlab.experiments.cli.report import add_report_command
+from msprlab.experiments.cli.score import add_score_command
 from msprlab.experiments.regress import add_regress_command
 
 DEMO_SCENARIOS = Path(__file__).parents[1] / "scenarios"  # experiments/scenarios/
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_experiment_commands(commands)
     add_report_command(commands)
     add_explain_command(commands)
+    add_score_command(commands)
     add_regress_command(commands)
     demo = commands.add_parser("demo", help="run the engine on the spec's worked examples")
     demo.set_defaults(func=cmd_demo)

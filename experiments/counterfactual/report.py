@@ -5,15 +5,27 @@ figure, with the changes against off."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import polars as pl
+from rich.console import Console
 from rich.table import Table
 
 from msprlab.reports.plots import examination_chart
 
+from ..bundle import (
+    COUNTERFACTUAL_CHANGES,
+    COUNTERFACTUAL_CURVE,
+    COUNTERFACTUAL_ESTIMATES,
+    COUNTERFACTUAL_LOGGED,
+    COUNTERFACTUAL_PER_QUERY,
+    COUNTERFACTUAL_PLOT,
+    Bundle,
+)
+from ..tracking import metric_key
 from .stage import CounterfactualResult
 
-__all__ = ["curve_png", "curve_table", "estimates_table", "logged_record"]
+__all__ = ["curve_png", "curve_table", "estimates_table", "logged_record", "publish"]
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -101,3 +113,23 @@ def logged_record(result: CounterfactualResult) -> dict[str, object]:
                               "empty": logged.empty}
                        for name, logged in (("all windows", result.logged),
                                             ("test window", result.test_logged))}}
+
+
+def publish(console: Console, bundle: Bundle, tracker: Any, labels: str,
+            result: CounterfactualResult) -> None:
+    """Print the curve and the estimates, bundle them (counterfactual/ in the results
+    folder) and log each arm's estimate to MLflow (`tracker` None: not tracked)."""
+    console.print(curve_table(result))
+    console.print(estimates_table(result, result.raw, result.raw_metric, labels))
+    est = result.estimates
+    bundle.frame(result.curve.frame, COUNTERFACTUAL_CURVE)
+    bundle.bytes(curve_png(result), COUNTERFACTUAL_PLOT)
+    bundle.frame(est.estimates, COUNTERFACTUAL_ESTIMATES)
+    bundle.frame(est.changes, COUNTERFACTUAL_CHANGES)
+    bundle.frame(est.questions, COUNTERFACTUAL_PER_QUERY)
+    bundle.json(logged_record(result), COUNTERFACTUAL_LOGGED)
+    console.print(f"position bias plot: {bundle.folder / COUNTERFACTUAL_PLOT}", highlight=False)
+    if tracker is not None:
+        tracker.metrics({
+            f"counterfactual/{r['estimator']}/{metric_key(r['arm'])}": r["mean"]
+            for r in est.estimates.iter_rows(named=True) if math.isfinite(r["mean"])})

@@ -11,7 +11,8 @@ instead are tried, each replayed and scored by the same figures (`figures.measur
 - **feedback**: the deltas production's `delta_applied` column shows (the most common
   positive delta is the boost, the most common negative one the penalty; a boost cut short
   shows the cap), and feedback switched on when the definition has it off but the
-  artifacts hold verdict records;
+  artifacts hold verdict records; success recorded or not, as production's success store
+  shows;
 - **weights** (ranking only, no replay): on the best state's table, delta (personal) and
   zeta (success) over a small grid, scored by the share of verdicted memories in the top k
   and the recorded ranks. Epsilon (frequency) cannot be told apart: the artifacts keep no
@@ -38,7 +39,7 @@ from msprlab.engine.config import DecayConfig
 from .figures import Figures
 
 __all__ = ["Candidate", "decay_options", "feedback_options", "half_life_from_edges",
-           "setting_changes", "weight_options"]
+           "setting_changes", "success_options", "weight_options"]
 
 # The weight the library gives an edge of these types at creation (MSPR.md section 4).
 _CREATED_AT = {"REPLY_TO": 1.0, "DOCUMENT_LINK": 0.8, "TEMPORAL_NEXT": 0.6}
@@ -50,6 +51,7 @@ _KEYS = {
     ("decay", "half_life_days"): "context_graph.decay.half_life_days",
     ("mspr", "enabled"): "mspr.enabled",
     ("feedback", "enabled"): "mspr.feedback.enabled",
+    ("success", "enabled"): "mspr.success.enabled",
     ("feedback", "boost_delta"): "mspr.feedback.boost_delta",
     ("feedback", "penalty_delta"): "mspr.feedback.penalty_delta",
     ("feedback", "max_boost_per_memory"): "mspr.feedback.max_boost_per_memory",
@@ -76,7 +78,7 @@ class Candidate:
 
 def _values(config: EngineConfig) -> dict[str, Any]:
     blocks = {"decay": config.decay, "mspr": config.mspr, "feedback": config.mspr.feedback,
-              "retrieval": config.retrieval}
+              "success": config.mspr.success, "retrieval": config.retrieval}
     return {key: getattr(blocks[block], name) for (block, name), key in _KEYS.items()}
 
 
@@ -159,6 +161,22 @@ def feedback_options(config: EngineConfig, records: pl.DataFrame,
     if candidate != config:
         yield (f"feedback as recorded (boost {found.boost_delta:g}, penalty "
                f"{found.penalty_delta:g}, cap {found.max_boost_per_memory:g})"), candidate
+
+
+def success_options(config: EngineConfig, records: pl.DataFrame,
+                    ) -> Iterator[tuple[str, EngineConfig]]:
+    """Success recorded or not, as production's success store shows it, where the
+    definition says otherwise (nothing when no success store was ingested)."""
+    rowed = records["success_row"].drop_nulls()
+    if not rowed.len():
+        return
+    mspr = config.mspr
+    recorded = mspr.enabled and mspr.success.enabled
+    if bool(rowed.any()) != recorded:
+        on = bool(rowed.any())
+        success = replace(mspr.success, enabled=on)
+        yield (f"success {'on' if on else 'off'}",
+               replace(config, mspr=replace(mspr, enabled=mspr.enabled or on, success=success)))
 
 
 def weight_options(config: EngineConfig) -> Iterator[EngineConfig]:

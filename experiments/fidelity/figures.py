@@ -9,6 +9,8 @@ production arm ranks) with `Production`:
   weights within `tolerance` (an edge decay pruned on one side only counts as unequal);
 - **deltas**: share of production's verdicts whose `delta_applied` the replay applied too
   (matched by memory, time, user and verdict; within `tolerance`);
+- **success**: share of production's verdicts for which the replay writes a success row
+  exactly when production's success store holds one (where that store was ingested);
 - **in top k**: share of the verdicts labelling the replayed searches whose memory is in
   the production arm's replayed top k (production showed every one of them), and of the
   helpful ones;
@@ -45,7 +47,7 @@ __all__ = ["FIGURES", "Figures", "Ranked", "below", "measure", "ranking_figures"
            "reconstructed_lists"]
 
 # The figures held to a threshold, in the order they are printed.
-FIGURES = ("nodes", "edges", "deltas", "in_top", "ranks")
+FIGURES = ("nodes", "edges", "deltas", "success", "in_top", "ranks")
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class Figures(Ranked):
     edges_extra: int     # the replay's edges production does not hold
     deltas: float | None
     deltas_n: int
+    success: float | None
     access: float
 
     def as_dict(self) -> dict[str, Any]:
@@ -86,7 +89,8 @@ class Figures(Ranked):
             return "n/a" if value is None else f"{value:.1%}"
         helpful = "" if self.in_top_helpful is None else f" (helpful {pct(self.in_top_helpful)})"
         return (f"nodes {pct(self.nodes)} of {self.nodes_n:,}, edges {pct(self.edges)} of "
-                f"{self.edges_n:,}, deltas {pct(self.deltas)} of {self.deltas_n:,}, verdicted "
+                f"{self.edges_n:,}, deltas {pct(self.deltas)} of {self.deltas_n:,}, success "
+                f"rows {pct(self.success)}, verdicted "
                 f"memories in the top {self.k} {pct(self.in_top)}{helpful} of "
                 f"{self.in_top_n:,}, recorded ranks {pct(self.ranks)} of {self.ranks_n:,}")
 
@@ -138,6 +142,23 @@ def _delta_share(production: Production, state: EngineState,
         k = seen[key]
         seen[key] += 1
         equal += k < len(found) and abs(found[k] - delta) <= tolerance
+    return equal / records.height
+
+
+def _success_share(production: Production, state: EngineState) -> float | None:
+    records = production.records.filter(pl.col("success_row").is_not_null())
+    if not records.height:
+        return None
+    written: Counter[tuple[Any, ...]] = Counter(
+        (row.memory_id, row.timestamp, row.user_id, row.helpful)
+        for row in (state.success.rows if state.success is not None else []))
+    equal = 0
+    for memory_id, ts, user, helpful, rowed in records.select(
+            "memory_id", "ts", "user_id", "helpful", "success_row").iter_rows():
+        key = (memory_id, ts, user, helpful)
+        has = written[key] > 0
+        written[key] -= has
+        equal += has == rowed
     return equal / records.height
 
 
@@ -210,7 +231,9 @@ def measure(production: Production, state: EngineState, table: CandidateTable,
     return Figures(k=k, nodes=nodes, nodes_n=production.nodes.height, edges=edges,
                    edges_n=union, edges_missing=missing, edges_extra=extra,
                    deltas=_delta_share(production, state, tolerance),
-                   deltas_n=production.records.height, access=access, **asdict(ranked))
+                   deltas_n=production.records.height,
+                   success=_success_share(production, state), access=access,
+                   **asdict(ranked))
 
 
 def below(figures: Figures, thresholds: dict[str, float]) -> list[str]:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -83,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "python -m msprlab.experiments.parity.worlds --out DIR)")
         return EXIT_BAD_INPUT
     records = []
-    scratch = Path(args.json.parent if args.json else args.folder)
+    scratch = Path(tempfile.mkdtemp(prefix="msprlab-on-worlds-"))
     for folder in worlds:
         for variant in args.variants:
             fid, seconds = check_world(folder, variant, scratch)
@@ -107,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "goes on" if r["passed"] else "stops (exit 2)", escape(named),
                       f"{r['seconds']:.0f}")
     console.print(table)
+    shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
     return EXIT_OK

@@ -6,9 +6,9 @@ A store ingested from ContextKit's artifacts (`datasets/sources/contextkit.py`) 
   relevance floor, archived, access count, helpful and unhelpful counts;
 - the graph's edges at export (the store's `edges`: src, dst, type, weight) and, where
   production ran decay, when its last tick changed them (`last_tick`);
-- per verdict, the delta production applied and the metadata the application passed
-  (`feedback_records`; `metadata.rank`, the 1-based rank the memory was shown at, where
-  the application recorded it).
+- per verdict, the delta production applied, whether it wrote a success row, and the
+  metadata the application passed (`feedback_records`; `metadata.rank`, the 1-based rank
+  the memory was shown at, where the application recorded it).
 
 A store without node state (a simulated log, a generic folder) has no production end state
 to compare with: `production_of` returns None.
@@ -34,8 +34,9 @@ NODE_COLUMNS = ("relevance", "relevance_floor", "archived", "access_count", "hel
 @dataclass(frozen=True)
 class Production:
     """nodes: memory_id and NODE_COLUMNS (live and archived nodes); edges: src, dst, type,
-    weight; records: memory_id, ts, user_id, helpful, delta_applied, rank (null where not
-    recorded), in the order production wrote them."""
+    weight; records: memory_id, ts, user_id, helpful, delta_applied, success_row (null
+    without a success store), rank (null where not recorded), in the order production
+    wrote them."""
 
     nodes: pl.DataFrame
     edges: pl.DataFrame
@@ -77,6 +78,6 @@ def production_of(ds: Dataset) -> Production | None:
                                        "unhelpful_count": pl.Int64})
     edges = ds.edges.select("src", "dst", "type", "weight")
     records = ds.feedback_records.select(
-        "memory_id", "ts", "user_id", "helpful", "delta_applied",
+        "memory_id", "ts", "user_id", "helpful", "delta_applied", "success_row",
         rank=pl.col("metadata").map_elements(_rank, return_dtype=pl.Int64))
     return Production(nodes, edges, records, last_tick(ds.edges))

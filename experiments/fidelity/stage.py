@@ -42,6 +42,7 @@ from .candidates import (
     decay_options,
     feedback_options,
     setting_changes,
+    success_options,
     weight_options,
 )
 from .figures import Figures, below, measure, ranking_figures
@@ -50,9 +51,9 @@ from .production import Production, production_of
 __all__ = ["REVISION", "Fidelity", "FidelityStop", "fidelity_metrics", "fidelity_stage",
            "stop_message", "with_fidelity"]
 
-REVISION = "fidelity/2"  # part of the cached figures' key: a change in the figures re-measures
-_LABELS = {"nodes": "nodes", "edges": "edges", "deltas": "deltas", "in_top": "in top k",
-           "ranks": "ranks"}
+REVISION = "fidelity/3"  # part of the cached figures' key: a change in the figures re-measures
+_LABELS = {"nodes": "nodes", "edges": "edges", "deltas": "deltas", "success": "success rows",
+           "in_top": "in top k", "ranks": "ranks"}
 
 
 class FidelityStop(ExperimentError):
@@ -86,8 +87,8 @@ class Fidelity:
             _LABELS[f] for f in self.failing) + " below threshold)"
         f = self.figures
         return (f"replay fidelity {verdict}: nodes {_pct(f.nodes)}, edges {_pct(f.edges)}, "
-                f"deltas {_pct(f.deltas)}, verdicted in top {f.k} {_pct(f.in_top)}, recorded "
-                f"ranks {_pct(f.ranks)}; queries "
+                f"deltas {_pct(f.deltas)}, success rows {_pct(f.success)}, verdicted in top "
+                f"{f.k} {_pct(f.in_top)}, recorded ranks {_pct(f.ranks)}; queries "
                 f"{'projected from their text' if self.projected else 'embedded'}")
 
     def as_dict(self) -> dict[str, Any]:
@@ -167,7 +168,7 @@ def _align_state(state: EngineState, config: EngineConfig, production: Productio
 
 
 def _state_score(f: Figures) -> tuple[float, ...]:
-    shares = [v for v in (f.nodes, f.edges, f.deltas) if v is not None]
+    shares = [v for v in (f.nodes, f.edges, f.deltas, f.success) if v is not None]
     return (min(shares), sum(shares), f.in_top or 0.0)
 
 
@@ -183,7 +184,8 @@ def _search(run: _Replayer, definition: Candidate) -> list[Candidate]:
     states = [definition]
     decays = [(name, replace(cfg.engine, decay=d))
               for name, d in decay_options(cfg.engine, run.prepared.dataset.edges)]
-    feedbacks = list(feedback_options(cfg.engine, production.records))
+    feedbacks = [*feedback_options(cfg.engine, production.records),
+                 *success_options(cfg.engine, production.records)]
     tried = [*decays, *feedbacks, *(
         (f"{d}; {f}", replace(fc, decay=dc.decay))
         for (d, dc), (f, fc) in ((a, b) for a in decays for b in feedbacks))]
@@ -320,7 +322,8 @@ def with_fidelity(prepared: Prepared, fidelity: Fidelity | None) -> Prepared:
 def fidelity_metrics(fidelity: Fidelity) -> dict[str, float]:
     """The figures as MLflow metrics: `fidelity/nodes`, ..., `fidelity/passed` (1 or 0)."""
     f = fidelity.figures
-    values = {"nodes": f.nodes, "edges": f.edges, "deltas": f.deltas, "in_top": f.in_top,
+    values = {"nodes": f.nodes, "edges": f.edges, "deltas": f.deltas, "success": f.success,
+              "in_top": f.in_top,
               "in_top_helpful": f.in_top_helpful, "ranks": f.ranks,
               "rank_distance": f.rank_distance, "access": f.access,
               "passed": float(fidelity.passed), "projected_queries": float(fidelity.projected)}

@@ -25,7 +25,8 @@ def _value(value: object) -> str:
 def _row(name: str, f: Figures, changes: str) -> list[str]:
     helpful = "" if f.in_top_helpful is None else f" ({_pct(f.in_top_helpful)})"
     distance = "" if f.rank_distance is None else f" (±{f.rank_distance:.2f})"
-    return [escape(name), _pct(f.nodes), _pct(f.edges), _pct(f.deltas), _pct(f.in_top) + helpful,
+    return [escape(name), _pct(f.nodes), _pct(f.edges), _pct(f.deltas), _pct(f.success),
+            _pct(f.in_top) + helpful,
             _pct(f.ranks) + distance, _pct(f.access), changes]
 
 
@@ -41,12 +42,13 @@ def fidelity_table(fidelity: Fidelity, tolerance: float) -> Table:
               f"reproduced (mean distance); queries: {fidelity.queries})",
         title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
         caption=(f"thresholds: nodes {t['nodes']:.0%}, edges {t['edges']:.0%}, deltas "
-                 f"{t['deltas']:.0%}, in top {f.k} {t['in_top']:.0%}, ranks "
+                 f"{t['deltas']:.0%}, success {t['success']:.0%}, in top {f.k} "
+                 f"{t['in_top']:.0%}, ranks "
                  f"{t['ranks']:.0%} (\\[fidelity] in the definition); access counts are "
                  f"shown, not held to a threshold; n: {f.nodes_n:,} nodes, {f.edges_n:,} "
                  f"edges, {f.deltas_n:,} verdict records, {f.in_top_n:,} verdicts on "
                  f"replayed searches, {f.ranks_n:,} recorded ranks"))
-    for column in ("replay", "nodes", "edges", "deltas", f"in top {f.k}", "ranks",
+    for column in ("replay", "nodes", "edges", "deltas", "success", f"in top {f.k}", "ranks",
                    "access counts", "changes against the definition"):
         table.add_column(column, justify="left" if column in ("replay", "changes against "
                                                               "the definition") else "right")

@@ -197,6 +197,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     users.add_argument("--noise", type=float, default=w.click_model.noise, metavar="P",
                        help="click noise: an examined memory attracts with (1 - P) * grade "
                             "+ P / 2 (default %(default)s)")
+    users.add_argument("--p-helpful", type=float, nargs=2, default=list(w.verdict_model.p_helpful),
+                       metavar=("P0", "P1"),
+                       help="a judged click on a memory of grade 0 / 1 is helpful with these "
+                            "probabilities (default %(default)s; equal values make verdicts "
+                            "that say nothing of the truth)")
     users.add_argument("--no-query-share", type=float, default=w.no_query_share, metavar="F",
                        help="share of verdicts recorded without query= (default %(default)s)")
     users.add_argument("--rank-share", type=float, default=w.rank_share, metavar="F",
@@ -235,6 +240,11 @@ def settings_from_args(args: argparse.Namespace) -> WorldSettings:
         click = PositionBasedModel(eta=args.eta, noise=args.noise, max_grade=MAX_GRADE)
     except ValueError as exc:
         raise ValueError(f"--eta / --noise: {exc}") from None
+    try:
+        verdicts = VerdictModel(p_helpful=tuple(args.p_helpful),
+                                judge_rate=defaults.verdict_model.judge_rate)
+    except ValueError as exc:
+        raise ValueError(f"--p-helpful: {exc}") from None
     production = Production(
         decay=args.decay, half_life_days=args.half_life, boost_delta=args.boost,
         penalty_delta=args.penalty, max_boost_per_memory=args.cap,
@@ -242,6 +252,6 @@ def settings_from_args(args: argparse.Namespace) -> WorldSettings:
     return WorldSettings(
         conversations=args.conversations, sessions=args.sessions, searches=args.searches,
         seed=args.seed, no_query_share=args.no_query_share, click_model=click,
-        verdict_model=defaults.verdict_model, rank_share=args.rank_share,
+        verdict_model=verdicts, rank_share=args.rank_share,
         preference_share=args.preference_share, production=production,
         embedder=args.embedder)

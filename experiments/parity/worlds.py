@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msprlab.datasets.clicks import PositionBasedModel
+from msprlab.datasets.clicks import PositionBasedModel, VerdictModel
 
 from ..cli.exits import EXIT_BAD_INPUT, EXIT_OK, BadInput, print_error
 from ..experiment_config import CONFIG_DIR
@@ -68,7 +68,8 @@ WORLDS: tuple[World, ...] = (
           "production as in issue 40 (decay off, delta 0.1, epsilon 0.05, zeta 0.1)",
           WorldSettings(conversations=3, searches=2500, seed=11, click_model=_pbm(0.7),
                         rank_share=0.5, preference_share=0.6, production=_HELPS)),
-    World("w2-flat", "feedback does not help (no question follows past verdicts); "
+    World("w2-flat", "no question's truth follows past verdicts (only the LoCoMo evidence "
+          "is relevant; feedback can still help through penalties and repeated questions); "
           "production at the library's defaults with decay off",
           WorldSettings(conversations=3, searches=2500, seed=12, click_model=_pbm(1.0),
                         rank_share=0.5, preference_share=0.0)),
@@ -77,7 +78,8 @@ WORLDS: tuple[World, ...] = (
           WorldSettings(conversations=4, sessions=12, searches=3000, seed=13,
                         click_model=_pbm(0.7), rank_share=0.5, preference_share=0.6,
                         production=_HELPS, embedder=APP_EMBEDDER)),
-    World("w4-app-flat", "the embedder msprlab lacks; feedback does not help; noisier clicks",
+    World("w4-app-flat", "the embedder msprlab lacks; no question's truth follows past "
+          "verdicts; noisier clicks",
           WorldSettings(conversations=3, searches=2500, seed=14,
                         click_model=_pbm(1.0, noise=0.2), rank_share=0.5,
                         preference_share=0.0, embedder=APP_EMBEDDER)),
@@ -99,6 +101,13 @@ WORLDS: tuple[World, ...] = (
           mismatched="library deltas, decay off",
           mismatch="decay off but the library's deltas and weights 0 (production: boost "
                    "0.1, penalty 0.05, cap 0.3, delta 0.2, zeta 0.2)"),
+    World("w8-noise", "feedback truly does not help: the verdicts say nothing of the truth "
+          "(every examined memory attracts a click w.p. 0.5 and a judged one is helpful w.p. "
+          "0.6 whatever its grade); production as in issue 40",
+          WorldSettings(conversations=3, searches=2500, seed=18,
+                        click_model=_pbm(1.0, noise=1.0),
+                        verdict_model=VerdictModel(p_helpful=(0.6, 0.6), judge_rate=1.0),
+                        rank_share=0.5, preference_share=0.0, production=_HELPS)),
     World("w7-small", "a small world for quick checks (two conversations, four sessions)",
           WorldSettings(conversations=2, sessions=4, searches=800, seed=17,
                         click_model=_pbm(1.0), rank_share=0.5, preference_share=0.3,
@@ -195,7 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="make these worlds only (the manifest lists the ones in DIR)")
     parser.add_argument("--replace", action="store_true",
                         help="make a world again where DIR holds it")
+    parser.add_argument("--manifest-only", action="store_true",
+                        help="only write DIR/README.md for the worlds DIR holds")
     args = parser.parse_args(argv)
+    if args.manifest_only:
+        write_manifest(args.out, WORLDS)
+        return EXIT_OK
     chosen = [w for w in WORLDS if args.only is None or w.name in args.only]
     try:
         _check_embedders(chosen)

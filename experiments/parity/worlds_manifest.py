@@ -23,6 +23,7 @@ def world_command(name: str, settings: WorldSettings, out: str = "DIR") -> str:
     parts += [f"--searches {settings.searches}", f"--seed {settings.seed}",
               f"--eta {settings.click_model.eta:g}", f"--noise {settings.click_model.noise:g}",
               f"--rank-share {settings.rank_share:g}",
+              "--p-helpful " + " ".join(f"{p:g}" for p in settings.verdict_model.p_helpful),
               f"--preference-share {settings.preference_share:g}"]
     if p.decay:
         parts += ["--decay on", f"--half-life {p.half_life_days:g}"]

@@ -84,7 +84,10 @@ def ablate(cfg: ExperimentConfig, prepared: Prepared, configs: Mapping[str, Engi
     if "roles" in arms and cfg.replay.policy == "none":
         notes.append("roles: no role policy installed (replay.policy = none), so the roles "
                      "arm ranks exactly as on-zero")
-    return AblationResult(arms, dict(every), frames, summary, comparison, side, match, notes)
+    effects_summary = summarize({name: frames[name] for name in effects}, cfg) \
+        if effects else pl.DataFrame()
+    return AblationResult(arms, dict(every), frames, summary, comparison, side, match, notes,
+                          effects_summary)
 
 
 def arm_funnels(cfg: ExperimentConfig, prepared: Prepared, arms: Mapping[str, Arm],
@@ -112,6 +115,7 @@ class Ablation:
         what the funnel tables print.
     funnel: the same, long, with `share` rows (`funnel.with_shares`): bundle and MLflow.
     funnel_reference: the arm the funnel's group tables read against (`off` if present).
+    effects_funnel: the side-effect arms' funnel, long like `funnel`: MLflow only.
     """
 
     result: AblationResult
@@ -122,6 +126,7 @@ class Ablation:
     funnel_wide: pl.DataFrame
     funnel: pl.DataFrame
     funnel_reference: str
+    effects_funnel: pl.DataFrame
 
 
 def ablation_stage(cfg: ExperimentConfig, prepared: Prepared, arms: ExperimentArms
@@ -131,6 +136,11 @@ def ablation_stage(cfg: ExperimentConfig, prepared: Prepared, arms: ExperimentAr
     result = ablate(cfg, prepared, arms.ladder, effects=arms.effects)
     ladder = {name: result.arms[name] for name in arms.ladder}
     parts, summary = arm_funnels(cfg, prepared, ladder, result.per_search)
+    effects_funnel = pl.DataFrame()
+    if arms.effects:
+        effects = {name: result.arms[name] for name in arms.effects}
+        effects_funnel = with_shares(arm_funnels(cfg, prepared, effects, result.per_search)[1])
     return Ablation(result, tuple(arms.ladder), tuple(arms.effects),
                     arms_frame(result.arms, result.configs), parts, shares(summary),
-                    with_shares(summary), "off" if "off" in ladder else next(iter(ladder)))
+                    with_shares(summary), "off" if "off" in ladder else next(iter(ladder)),
+                    effects_funnel)

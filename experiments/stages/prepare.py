@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from msprlab.datasets.schema import Dataset
+from msprlab.datasets.validate import IngestError
 
 from ..errors import ExperimentError
 from ..experiment_config import ExperimentConfig
@@ -101,8 +102,11 @@ def prepare_store(cfg: ExperimentConfig, root: Path, progress: Stage = quiet) ->
                                 f"first: {how}")
     dataset, truth = _build(cfg, progress)
     path.parent.mkdir(parents=True, exist_ok=True)
-    ingest(dataset, path, progress=lambda stage, done, total: progress(
-        f"writing the store: {stage}", done, total))
+    try:
+        ingest(dataset, path, progress=lambda stage, done, total: progress(
+            f"writing the store: {stage}", done, total))
+    except IngestError as exc:  # the store's folder: full, read-only, ...
+        raise ExperimentError(f"dataset.store {path}: {exc.reason}") from None
     if truth is not None:
         from msprlab.datasets.sidecars import truth_path, write_truth
         write_truth(truth_path(path), truth)

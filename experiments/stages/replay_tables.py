@@ -30,8 +30,8 @@ from ..measures.splits import split_searches
 from ..replay import CandidateTable, cached_replay, derive_table, success_twin, table_key
 from .prepare import Stage, quiet
 
-__all__ = ["LABEL_SOURCE", "VERDICT_LABELS", "Labels", "Prepared", "replay_tables",
-           "split_tables", "window_table"]
+__all__ = ["LABEL_SOURCE", "VERDICT_LABELS", "Labels", "Prepared", "labelled", "policy_of",
+           "replay_tables", "split_tables", "window_table", "with_questions"]
 
 
 # Where the relevance judgments every table is scored against come from: the store's qrels,
@@ -74,7 +74,7 @@ class Labels:
                 "share beside every figure")
 
 
-def _labelled(cfg: ExperimentConfig, dataset: Dataset) -> tuple[Dataset, Labels,
+def labelled(cfg: ExperimentConfig, dataset: Dataset) -> tuple[Dataset, Labels,
                                                                  dict[str, str]]:
     """The dataset to replay, its label source, and occurrence -> question (verdicts)."""
     d = cfg.dataset
@@ -97,7 +97,7 @@ def _labelled(cfg: ExperimentConfig, dataset: Dataset) -> tuple[Dataset, Labels,
                                d.verdict_window_minutes), rel.questions
 
 
-def _with_questions(table: CandidateTable, questions: dict[str, str]) -> CandidateTable:
+def with_questions(table: CandidateTable, questions: dict[str, str]) -> CandidateTable:
     """Each search's question (the query hash its occurrence belongs to): the per-query
     unit counts a question once, whatever its occurrences."""
     if not questions:
@@ -122,6 +122,7 @@ class Prepared:
     # `experiments.fidelity.stage.Fidelity` once measured (verdict labels on a store that
     # records production's end state), else None: is the replay production?
     fidelity: Any = None
+    questions: dict[str, str] = field(default_factory=dict)  # verdicts: occurrence -> question
 
     @property
     def replayed(self) -> int:
@@ -131,7 +132,7 @@ class Prepared:
         return self.tables[self.key_of[name]]
 
 
-def _policy(cfg: ExperimentConfig) -> RolePolicy | None:
+def policy_of(cfg: ExperimentConfig) -> RolePolicy | None:
     return policy_from_name(cfg.replay.policy)
 
 
@@ -146,10 +147,10 @@ def replay_tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, Engi
     """Replay the store once per distinct table key of `configs` (cached beside the store);
     a key with success off whose success-on twin is among them is derived from it."""
     from msprlab.datasets.store import load_dataset
-    dataset, labels, questions = _labelled(cfg, load_dataset(store))
+    dataset, labels, questions = labelled(cfg, load_dataset(store))
     frequency: Any = cfg.replay.frequency
     limit = cfg.replay.limit or None
-    policy = _policy(cfg)
+    policy = policy_of(cfg)
     has_policy = policy is not None
     keys: dict[str, str] = {}
     representative: dict[str, EngineConfig] = {}
@@ -171,7 +172,7 @@ def replay_tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, Engi
                 dataset, config, replay_cache_path(store), frequency=frequency,
                 limit=limit, policy=policy,
                 progress=lambda done, total, label=label: progress(label, done, total))
-            replayed[key] = _with_questions(replayed[key], questions)
+            replayed[key] = with_questions(replayed[key], questions)
     out = {key: replayed[key] if key not in derived else derive_table(
         replayed[derived[key]], config, frequency, has_policy=has_policy)
         for key, config in representative.items()}
@@ -180,7 +181,8 @@ def replay_tables(cfg: ExperimentConfig, store: Path, configs: Mapping[str, Engi
         if table.searches["event_id"].to_list() != first.searches["event_id"].to_list():
             raise AssertionError(f"replay {key}: evaluated searches differ between tables")
     split = split_searches(first.searches, cfg.split.spec())
-    return Prepared(dataset, store, out, keys, split, cached, labels, derived)
+    return Prepared(dataset, store, out, keys, split, cached, labels, derived,
+                    questions=questions)
 
 
 def window_table(prepared: Prepared, name: str, window: str) -> CandidateTable:

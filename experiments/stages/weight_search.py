@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from ..replay import CandidateTable
     from ..tune import Objective, SearchSpace, TrialRecord, TuneResult
 
-__all__ = ["SearchHooks", "Tuned", "TuningPlan", "plan_search", "search_weights",
-           "study_summary"]
+__all__ = ["SearchHooks", "Tuned", "TuningPlan", "objective_of", "plan_search",
+           "search_weights", "study_summary"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,8 @@ def plan_search(cfg: ExperimentConfig, prepared: Prepared, *, trials: int | None
     train_scorer, test_scorer = Scorer.of(train, metrics), Scorer.of(test, metrics)
     base = baseline_arm(cfg)
     space = search_space(dict(cfg.tune.ranges), cfg.engine)  # signals off: weights fixed at 0
-    objectives = [Objective(*_objective(o)) for o in cfg.tune.objectives]
+    # "cost" is a configuration search's (the weights share their table's cost)
+    objectives = [Objective(*objective_of(o)) for o in cfg.tune.objectives if o != "cost"]
     n_trials = cfg.tune.trials if trials is None else trials  # not `or`: 0 is not "unset"
     journal = storage or cfg.tune.storage or str(journal_path(prepared.store, cfg.name))
     study_name = study or (cfg.name if is_database(journal) else
@@ -75,7 +76,7 @@ def plan_search(cfg: ExperimentConfig, prepared: Prepared, *, trials: int | None
                       cfg.tune.workers if workers is None else workers, switch_sampler)
 
 
-def _objective(text: str) -> tuple[str, str | None]:
+def objective_of(text: str) -> tuple[str, str | None]:
     parts = text.split("/")
     if len(parts) == 1:
         return parts[0], None

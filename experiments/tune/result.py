@@ -26,7 +26,8 @@ MIN_IMPORTANCE_TRIALS = 50
 class TrialRecord:
     """One finished trial: state "COMPLETE", "PRUNED" or "FAIL"; `values` in objective
     order (None unless complete); all six weights (`WEIGHTS` order); the sampler the trial
-    ran under (None for a trial from before trials recorded it)."""
+    ran under (None for a trial from before trials recorded it); in a configuration
+    search, the searched settings by key (None: the trial failed before suggesting it)."""
 
     number: int
     state: str
@@ -35,6 +36,7 @@ class TrialRecord:
     seconds: float | None
     baseline: bool
     sampler: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # a configuration search's
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class TuneResult:
     """What a study found.
 
     best : the best arm (one objective) or the Pareto-optimal arms (several), by trial
-        number; `best_values[i]` holds arm i's objective values.
+        number; `best_values[i]` holds arm i's objective values, `best_settings[i]` its
+        searched settings (a configuration search; else empty dicts).
     trials : one row per finished trial: number, state, baseline, sampler, one column per
         objective label, the six weights, seconds.
     importance : objective label -> {searched weight: PED-ANOVA importance, summing to 1};
@@ -67,6 +70,8 @@ class TuneResult:
     recovered: tuple[str, ...] = field(default=())
     held: int = 0
     added: int = 0
+    best_settings: tuple[dict[str, Any], ...] = field(default=())
+    settings: tuple[str, ...] = field(default=())  # the searched settings' keys
 
     @property
     def study_name(self) -> str:
@@ -81,7 +86,7 @@ def trials_message(held: int, target: int) -> str:
     return f"adding {target - held} trials to the study's {held} (target {target})"
 
 
-def record(trial: FrozenTrial, base: Arm) -> TrialRecord:
+def record(trial: FrozenTrial, base: Arm, settings: tuple[str, ...] = ()) -> TrialRecord:
     complete = trial.state == TrialState.COMPLETE
     return TrialRecord(
         number=trial.number, state=trial.state.name,
@@ -89,10 +94,12 @@ def record(trial: FrozenTrial, base: Arm) -> TrialRecord:
         weights=weights_of(trial.params, base),
         seconds=trial.duration.total_seconds() if trial.duration is not None else None,
         baseline=bool(trial.user_attrs.get(BASELINE_ATTR, False)),
-        sampler=trial.user_attrs.get(SAMPLER_ATTR))
+        sampler=trial.user_attrs.get(SAMPLER_ATTR),
+        settings={key: trial.params.get(key) for key in settings})
 
 
-def _frame(records: list[TrialRecord], objectives: tuple[Objective, ...]) -> pl.DataFrame:
+def _frame(records: list[TrialRecord], objectives: tuple[Objective, ...],
+           settings: tuple[str, ...] = ()) -> pl.DataFrame:
     labels = [o.label() for o in objectives]
     columns: dict[str, Any] = {
         "number": [r.number for r in records], "state": [r.state for r in records],
@@ -105,11 +112,22 @@ def _frame(records: list[TrialRecord], objectives: tuple[Objective, ...]) -> pl.
               "sampler": pl.String,
               **dict.fromkeys(labels, pl.Float64), **dict.fromkeys(WEIGHTS, pl.Float64),
               "seconds": pl.Float64}
-    return pl.DataFrame(columns, schema=schema)
+    frame = pl.DataFrame(columns, schema=schema)
+    if settings:  # one column per setting, of its values' type
+        frame = frame.with_columns(pl.DataFrame(
+            {key: [r.settings.get(key) for r in records] for key in settings},
+            schema={key: _dtype(key) for key in settings}))
+    return frame
 
 
-def _importance(study: optuna.Study, objectives: tuple[Objective, ...]
-                ) -> tuple[dict[str, dict[str, float]], list[str]]:
+def _dtype(key: str) -> Any:
+    from ..variants.settings import SETTINGS
+    return {int: pl.Int64, float: pl.Float64, bool: pl.Boolean, str: pl.String}[
+        SETTINGS[key].kind]
+
+
+def _importance(study: optuna.Study, objectives: tuple[Objective, ...],
+                settings: tuple[str, ...] = ()) -> tuple[dict[str, dict[str, float]], list[str]]:
     completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(completed) < MIN_IMPORTANCE_TRIALS:
         return {}, [f"parameter importance not computed: {len(completed)} completed trials, "
@@ -120,20 +138,24 @@ def _importance(study: optuna.Study, objectives: tuple[Objective, ...]
     for i, o in enumerate(objectives):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            # PED-ANOVA ranks low targets as good: negate the maximised objective.
-            target = None if len(objectives) == 1 else (lambda t, i=i: -t.values[i])
+            # PED-ANOVA ranks low targets as good: negate a maximised objective.
+            sign = 1.0 if o.is_cost else -1.0
+            target = (None if len(objectives) == 1 and not o.is_cost
+                      else (lambda t, i=i, sign=sign: sign * t.values[i]))
             found = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator(),
                                           target=target)
-        importance[o.label()] = {name: float(found[name]) for name in WEIGHTS if name in found}
+        importance[o.label()] = {name: float(found[name]) for name in [*WEIGHTS, *settings]
+                                 if name in found}
         notes += [f"importance of {o.label()}: {w.message}" for w in caught
                   if "multiplying the output by -1" not in str(w.message)]
     return importance, notes
 
 
 def study_result(study: optuna.Study, spec: str, base: Arm,
-                 objectives: tuple[Objective, ...]) -> TuneResult:
+                 objectives: tuple[Objective, ...],
+                 settings: tuple[str, ...] = ()) -> TuneResult:
     trials = study.get_trials(deepcopy=False)
-    records = [record(t, base) for t in trials if t.state in FINISHED]
+    records = [record(t, base, settings) for t in trials if t.state in FINISHED]
     notes = []
     if running := [t.number for t in trials if t.state == TrialState.RUNNING]:
         notes.append(f"trials {running} are still RUNNING: another process is running them, "
@@ -148,8 +170,10 @@ def study_result(study: optuna.Study, spec: str, base: Arm,
         front = sorted(study.best_trials, key=lambda t: t.number)
     best = tuple(Arm(f"{study.study_name}#{t.number}", weights_of(t.params, base), base.intent,
                      base.roles) for t in front)
-    importance, more = _importance(study, objectives)
+    importance, more = _importance(study, objectives, settings)
     return TuneResult(study=study, storage=spec, objectives=objectives, best=best,
                       best_values=tuple(tuple(float(v) for v in t.values) for t in front),
-                      trials=_frame(records, objectives), importance=importance,
-                      notes=tuple(notes + more))
+                      trials=_frame(records, objectives, settings), importance=importance,
+                      notes=tuple(notes + more),
+                      best_settings=tuple({k: t.params[k] for k in settings} for t in front),
+                      settings=settings)

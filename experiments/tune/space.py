@@ -190,10 +190,15 @@ def search_space(ranges: Mapping[str, tuple[float, float]], config: EngineConfig
     return SearchSpace(searched, fixed=fixed)
 
 
+COST = "cost"  # the objective: the engine's time per search of a configuration (minimised)
+
+
 @dataclass(frozen=True)
 class Objective:
     """A metric to maximise, averaged over the searches with a relevant memory, optionally
-    only those whose intent label (`searches.intent_label`) is `intent`."""
+    only those whose intent label (`searches.intent_label`) is `intent`; or `cost` (COST),
+    the engine's time per search on a configuration's table, to minimise (a configuration
+    search's objective: every weight vector of one table has the same)."""
 
     metric: str
     intent: str | None = None
@@ -202,19 +207,56 @@ class Objective:
         if not isinstance(self.metric, str):
             raise ExperimentError(f"Objective: metric must be a name such as 'ndcg@10', "
                                   f"got {self.metric!r}")
+        if self.metric == COST:
+            if self.intent is not None:
+                raise ExperimentError("Objective: cost is the time of every search; it has "
+                                      "no intent")
+            return
         object.__setattr__(self, "metric", parse_metric(self.metric).name)  # canonical name
         if self.intent is not None and self.intent not in _LABELS:
             raise ExperimentError(f"Objective: intent must be one of {', '.join(_LABELS)} or None, "
                                   f"got {self.intent!r}")
 
+    @property
+    def is_cost(self) -> bool:
+        return self.metric == COST
+
+    @property
+    def direction(self) -> str:
+        """Optuna's direction: a metric is maximised, the cost minimised."""
+        return "minimize" if self.is_cost else "maximize"
+
     def label(self) -> str:
-        """The objective's name in results: "ndcg@10" or "ndcg@10/intent/FACTUAL"."""
+        """The objective's name in results: "ndcg@10", "ndcg@10/intent/FACTUAL", "cost"."""
+        if self.is_cost:
+            return COST
         return self.metric if self.intent is None else f"{self.metric}/intent/{self.intent}"
 
     def key(self) -> str:
-        """`label` as an MLflow-safe metric key: "ndcg_at_10/intent/FACTUAL"."""
+        """`label` as an MLflow-safe metric key: "ndcg_at_10/intent/FACTUAL",
+        "cost_ms_per_search"."""
+        if self.is_cost:
+            return "cost_ms_per_search"
         key = parse_metric(self.metric).key
         return key if self.intent is None else f"{key}/intent/{self.intent}"
+
+
+def covered(values: Mapping[str, np.ndarray], objective: Objective,
+            labels: np.ndarray) -> np.ndarray:
+    """The searches an objective averages over (table order): those with a relevant memory
+    (NaN marks the others, whatever the weights), with its intent label if it has one."""
+    keep = ~np.isnan(values[objective.metric])
+    if objective.intent is not None:
+        keep &= labels == objective.intent
+    return np.flatnonzero(keep)
+
+
+def objective_means(values: Mapping[str, np.ndarray], objectives: Sequence[Objective],
+                    labels: np.ndarray) -> tuple[float, ...]:
+    """Each metric objective's value as a trial computes it: its mean over the searches it
+    covers (`covered`). `msprlab score` calls this too, so it gives a trial's value."""
+    return tuple(float(values[o.metric][covered(values, o, labels)].mean())
+                 for o in objectives)
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,30 +318,33 @@ def trial_function(train: Scorer, base: Arm, space: SearchSpace,
     relevant memory, whatever the weights) and, for the pruner, the step blocks."""
     computed = [m.name for m in train.metrics]
     for o in objectives:
-        if o.metric not in computed:
+        if o.metric not in computed and not o.is_cost:
             raise ExperimentError(f"tune: objective {o.label()!r} needs the scorer to compute "
                                   f"{o.metric}, but it computes {', '.join(computed)}; build it "
                                   f"with Scorer.of(table, [..., parse_metric({o.metric!r})])")
+    if any(o.is_cost for o in objectives):
+        raise ExperimentError("tune: the objective 'cost' is the engine's time per search of "
+                              "a configuration; a weights-only study scores one table, whose "
+                              "cost every trial shares: search settings beside the weights "
+                              "(tune.settings) to trade quality against it")
     values = train.values(base)  # also refuses a table bound to other weights
     labels = train.table.searches["intent_label"].to_numpy()
-    covered = []
+    rows = []
     for o in objectives:
-        keep = ~np.isnan(values[o.metric])
-        if o.intent is not None:
-            keep &= labels == o.intent
-        if not keep.any():
+        keep = covered(values, o, labels)
+        if not keep.size:
             counts = dict(zip(*np.unique(labels[~np.isnan(values[o.metric])],
                                          return_counts=True), strict=True))
             raise ExperimentError(f"tune: objective {o.label()!r} covers no train search with a "
                                   f"relevant memory; searches with one, by intent label: "
                                   f"{ {str(k): int(v) for k, v in counts.items()} }")
-        covered.append(np.flatnonzero(keep))
+        rows.append(keep)
     steps = None
     if pruner == "wilcoxon":
-        order = np.random.default_rng(_STEP_ORDER_SEED).permutation(covered[0])
+        order = np.random.default_rng(_STEP_ORDER_SEED).permutation(rows[0])
         steps = tuple(np.array_split(order, min(WILCOXON_STEPS, order.size)))
     return TrialFunction(train, base, space, tuple(o.metric for o in objectives),
-                         tuple(covered), steps, sampler)
+                         tuple(rows), steps, sampler)
 
 
 def make_sampler(name: SamplerName, seed: tuple[int, ...]) -> optuna.samplers.BaseSampler:

@@ -36,8 +36,10 @@ from .attrs import (
     SAMPLER_ATTR,
     SETTINGS_ATTR,
     SWITCHES_ATTR,
+    WARM_ATTR,
     counted_trials,
 )
+from .configuration import ConfigSearch, ConfigTrialFunction, config_trial_function
 from .database import HEARTBEAT, SharedRDB, setup_lock
 from .result import TrialRecord, TuneResult, study_result
 from .space import (
@@ -47,6 +49,7 @@ from .space import (
     PrunerName,
     SamplerName,
     SearchSpace,
+    TrialFunction,
     is_int,
     trial_function,
     with_fixed,
@@ -73,8 +76,10 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
          on_start: Callable[[int, int], None] | None = None,
          on_recovered: Callable[[str], None] | None = None,
          progress: Callable[[int, int], None] | None = None,
-         on_trial: Callable[[TrialRecord], None] | None = None) -> TuneResult:
-    """Search the weights of `space` to maximise `objectives` on `train`.
+         on_trial: Callable[[TrialRecord], None] | None = None,
+         configuration: ConfigSearch | None = None) -> TuneResult:
+    """Search the weights of `space` to maximise `objectives` on `train` (and with
+    `configuration`, the ranking settings beside them: `configuration`).
 
     Parameters
     ----------
@@ -117,6 +122,10 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
         holds them too).
     progress : called with (finished trials, n_trials) after each trial.
     on_trial : called with each newly finished trial's record.
+    configuration : the settings searched beside the weights and where their tables come
+        from (`configuration.ConfigSearch`); the trials then run in rounds (`rounds`),
+        `train` is the configured point's train table (the baseline's), and an objective
+        may be `cost` (the engine's time per search, minimised).
     """
     objectives = tuple(objectives)
     if str(storage) == MEMORY and workers != 1:
@@ -126,7 +135,11 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
     _check_arguments(base, space, objectives, n_trials=n_trials, study_name=study_name,
                      seed=seed, sampler=sampler, pruner=pruner, workers=workers)
     _check_heartbeat(heartbeat)
-    objective = trial_function(train, base, space, objectives, pruner=pruner, sampler=sampler)
+    objective: TrialFunction | ConfigTrialFunction = (
+        trial_function(train, base, space, objectives, pruner=pruner, sampler=sampler)
+        if configuration is None else config_trial_function(
+            train, base, space, objectives, configuration, pruner=pruner, sampler=sampler))
+    keys = () if configuration is None else tuple(configuration.settings.keys)
     spec = storage_spec(storage, study_name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress comes from callbacks
@@ -138,10 +151,10 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
             with setup_lock(opened, study_name):  # one process at a time sets a study up
                 study = optuna.create_study(
                     study_name=study_name, storage=opened, load_if_exists=True,
-                    directions=["maximize"] * len(objectives))
+                    directions=[o.direction for o in objectives])
                 _check_identity(study, identity, spec)
-                _check_settings(study, _settings(train, base, space, objectives, pruner),
-                                spec)
+                _check_settings(study, _settings(train, base, space, objectives, pruner,
+                                                 configuration), spec)
                 recovered += recover_trials(study, opened, lock, alone)
                 if lock is not None:
                     lock.share()  # before any worker starts: each takes it shared too
@@ -156,13 +169,13 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
                 plan = Plan(objective, study_name, spec, sampler, pruner, n_trials,
                             (seed, len(study.get_trials(deepcopy=False)), 0)
                             + ((join,) if join else ()), heartbeat)
-                _enqueue_baseline(study, base, space)
+                _enqueue_baseline(study, base, space, configuration)
                 held = counted_trials(study)
             if on_start is not None:
                 on_start(held, n_trials)
             run_trials(study, plan, n_trials - held, workers,
-                       Reporter(base, n_trials, progress, on_trial))
-            result = study_result(study, spec, base, objectives)
+                       Reporter(base, n_trials, progress, on_trial, keys))
+            result = study_result(study, spec, base, objectives, keys)
             return replace(result, notes=tuple(filter(None, [space.note(), *notes]))
                            + result.notes, recovered=tuple(recovered), held=held,
                            added=counted_trials(study) - held)
@@ -170,13 +183,22 @@ def tune(train: Scorer, base: Arm, space: SearchSpace, objectives: Sequence[Obje
         optuna.logging.set_verbosity(verbosity)
 
 
-def _enqueue_baseline(study: optuna.Study, base: Arm, space: SearchSpace) -> None:
-    """The base arm as the next trial, unless the study has one, finished, running or
-    queued (a failed one does not count: the baseline is run again; a database queues a
-    baseline whose worker died again itself)."""
-    if not any(t.user_attrs.get(BASELINE_ATTR) and t.state != TrialState.FAIL
-               for t in study.get_trials(deepcopy=False)):
-        study.enqueue_trial(space.baseline(base), user_attrs={BASELINE_ATTR: True})
+def _enqueue_baseline(study: optuna.Study, base: Arm, space: SearchSpace,
+                      configuration: ConfigSearch | None = None) -> None:
+    """The base arm as the next trial (with the configured settings, in a configuration
+    search), unless the study has one, finished, running or queued (a failed one does not
+    count: the baseline is run again; a database queues a baseline whose worker died again
+    itself)."""
+    trials = study.get_trials(deepcopy=False)
+    if not any(t.user_attrs.get(BASELINE_ATTR) and t.state != TrialState.FAIL for t in trials):
+        settings = {} if configuration is None else configuration.baseline()
+        study.enqueue_trial({**space.baseline(base), **settings},
+                            user_attrs={BASELINE_ATTR: True})
+    if configuration is not None and configuration.start is not None and not any(
+            t.user_attrs.get(WARM_ATTR) == "weights-only" and t.state != TrialState.FAIL
+            for t in trials):  # trial 1: the weights-only study's best weights
+        study.enqueue_trial({**configuration.start, **configuration.baseline()},
+                            user_attrs={WARM_ATTR: "weights-only"})
 
 
 def _check_arguments(base: Arm, space: SearchSpace, objectives: tuple[Objective, ...], *,
@@ -216,14 +238,19 @@ def _check_arguments(base: Arm, space: SearchSpace, objectives: tuple[Objective,
 
 
 def _settings(train: Scorer, base: Arm, space: SearchSpace, objectives: tuple[Objective, ...],
-              pruner: str) -> dict[str, Any]:
+              pruner: str, configuration: ConfigSearch | None = None) -> dict[str, Any]:
     """What a study is about: a resumed study must agree on all of it (the pruner too: a
-    Wilcoxon trial pairs its steps with the best trial's)."""
-    return {"objectives": [o.label() for o in objectives], "space": space.as_dict(),
-            "fixed": dict(space.fixed), "pruner": pruner,
-            "base": [float(w) for w in base.weights], "intent": base.intent,
-            "roles": base.roles, "data": train.table.meta["dataset"]["digest"],
-            "train_searches": train.n_searches}
+    Wilcoxon trial pairs its steps with the best trial's; a configuration search's
+    settings, how it groups trials and its starting point)."""
+    about = {"objectives": [o.label() for o in objectives], "space": space.as_dict(),
+             "fixed": dict(space.fixed), "pruner": pruner,
+             "base": [float(w) for w in base.weights], "intent": base.intent,
+             "roles": base.roles, "data": train.table.meta["dataset"]["digest"],
+             "train_searches": train.n_searches}
+    if configuration is not None:
+        about["configuration"] = {**configuration.as_dict(),
+                                  "start": configuration.baseline()}
+    return about
 
 
 def _check_settings(study: optuna.Study, settings: dict[str, Any], spec: str) -> None:

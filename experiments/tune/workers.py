@@ -20,9 +20,11 @@ from optuna.trial import FrozenTrial
 
 from ..measures.scoring import Arm
 from .attrs import COUNTED, FINISHED, counted_trials
+from .configuration import ConfigTrialFunction
 from .database import HEARTBEAT, TargetReached
 from .journal import APPENDING
 from .result import TrialRecord, record
+from .rounds import run_rounds
 from .space import PrunerName, SamplerName, TrialFunction, make_pruner, make_sampler
 from .storages import is_database, open_storage, run_lock
 
@@ -34,7 +36,7 @@ ORPHANED_EXIT = 3  # a worker's exit status when it ends because its parent died
 class Plan:
     """Everything a worker process needs (picklable)."""
 
-    objective: TrialFunction
+    objective: TrialFunction | ConfigTrialFunction
     study_name: str
     storage: str
     sampler: SamplerName
@@ -68,6 +70,10 @@ def _optimize(plan: Plan, n_trials: int, *, study: optuna.Study | None = None,
             plan.storage, target=plan.n_trials, heartbeat=plan.heartbeat))
     study.sampler = make_sampler(plan.sampler, plan.seed)
     study.pruner = make_pruner(plan.pruner)
+    if isinstance(plan.objective, ConfigTrialFunction):  # a configuration search: rounds
+        run_rounds(study, plan.objective, target=plan.n_trials, callback=callback,
+                   n_trials=None if is_database(plan.storage) else n_trials)
+        return
     callbacks = [_AfterTrial(plan.n_trials, callback)]
     if not is_database(plan.storage):
         study.optimize(plan.objective, n_trials=n_trials, callbacks=callbacks)
@@ -79,12 +85,26 @@ def _optimize(plan: Plan, n_trials: int, *, study: optuna.Study | None = None,
             # The remaining trials all run: wait for them. Each try fails (and queues again)
             # those whose worker stopped beating first (Optuna's `_run_trial`).
             time.sleep(_WAIT_SECONDS)
-        except optuna.exceptions.UpdateFinishedTrialError:
+        except Exception as exc:
+            if not failed_elsewhere(exc):
+                raise
             # This process missed its heartbeats for the grace period (stopped, starved):
             # another worker failed its trial and queued it again. It goes on with the next.
             warnings.warn("tune: a trial of this process was failed by another worker "
                           "(no heartbeat within the grace period) and queued again; going "
                           "on", stacklevel=1)
+
+
+def failed_elsewhere(exc: BaseException) -> bool:
+    """Whether `study.optimize` raised because another worker failed this process's trial
+    while it ran (its heartbeat lapsed): Optuna's UpdateFinishedTrialError, or what Optuna 5's
+    `_run_trial` raises instead when it tells the result, its own `assert False, "Should not
+    reach."` over the ValueError "Cannot tell a FAIL trial." (optuna/optuna#5470)."""
+    if isinstance(exc, optuna.exceptions.UpdateFinishedTrialError):
+        return True
+    told = exc.__context__
+    return (isinstance(exc, AssertionError) and isinstance(told, ValueError)
+            and str(told) == "Cannot tell a FAIL trial.")
 
 
 def _worker(plan: Plan, n_trials: int) -> None:
@@ -163,8 +183,9 @@ class Reporter:
     from Optuna's callback (one process) or by polling the storage (workers)."""
 
     def __init__(self, base: Arm, total: int, progress: Callable[[int, int], None] | None,
-                 on_trial: Callable[[TrialRecord], None] | None) -> None:
-        self.base, self.total = base, total
+                 on_trial: Callable[[TrialRecord], None] | None,
+                 settings: tuple[str, ...] = ()) -> None:
+        self.base, self.total, self.settings = base, total, settings
         self.progress, self.on_trial = progress, on_trial
         self.seen: set[int] = set()
         self.done = 0  # trials that count toward the target (`counted_trials`)
@@ -186,6 +207,6 @@ class Reporter:
             self.seen.add(trial.number)
             self.done += trial.state in COUNTED
             if self.on_trial is not None:
-                self.on_trial(record(trial, self.base))
+                self.on_trial(record(trial, self.base, self.settings))
             if self.progress is not None:
                 self.progress(self.done, self.total)

@@ -238,6 +238,7 @@ def _feedback_records(rng: np.random.Generator, events: pl.DataFrame) -> pl.Data
         delta_applied=pl.when(pl.col("helpful")).then(0.15).otherwise(-0.1),
         metadata=_nulls_where(rng.random(n) < 0.5, pl.lit(pl.Series(
             [f'{{"rank": {r}}}' for r in ranks.tolist()]))),
+        success_row=_nulls_where(rng.random(n) < 0.1, pl.lit(pl.Series(rng.random(n) < 0.9))),
     ).select(FEEDBACK_RECORDS.names()).cast(dict(FEEDBACK_RECORDS.items()))
 
 

@@ -224,7 +224,7 @@ def _best_logged_rate(ds: Any) -> tuple[float, Any]:
 def replay_rates(searches: int, seed: int) -> ReplayRates:
     import polars as pl
 
-    from msprlab.experiments import replay as replay_module
+    from msprlab.experiments.variants import walk as walk_module
     log = _locomo_log(searches, seed)
     evaluated: int = 0  # the searches a replay evaluates (those with a query_id)
     questions: int = 0
@@ -242,7 +242,7 @@ def replay_rates(searches: int, seed: int) -> ReplayRates:
     for _ in range(2):
         times["logged"].append(run("logged"))
         times["closed_loop"].append(run("closed_loop"))
-        with mock.patch.object(replay_module, "featurize_search", _without_seeds):
+        with mock.patch.object(walk_module, "featurize_search", _without_seeds):
             times["outside"].append(run("logged"))
     best = {kind: min(found) for kind, found in times.items()}
     return ReplayRates(evaluated / best["logged"], evaluated / best["closed_loop"],
