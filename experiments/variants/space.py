@@ -288,10 +288,3 @@ def _reaches(space: SettingsSpace, base: EngineConfig) -> None:
             raise ExperimentError(f"tune.settings.{key!r} cannot act in this experiment: "
                                   f"{why[key]} in [engine]; remove it or switch that on")
 
-
-def searched_values(ranges: Sequence[SettingRange]) -> int:
-    """How many distinct points the ranges make (a product; the grid's size)."""
-    total = 1
-    for r in ranges:
-        total *= len(r.values())
-    return total

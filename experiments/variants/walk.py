@@ -31,7 +31,7 @@ import json
 import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -121,15 +121,14 @@ class Walked:
 @dataclass(frozen=True)
 class WalkResult:
     """Every variant's frames, in the order given; the seconds of the shared preparation
-    on the evaluated searches, how many searches were evaluated, and where the seeds'
-    query vectors came from."""
+    on the evaluated searches, how many searches were evaluated, where the seeds' query
+    vectors came from, and how many events the walk took."""
 
     variants: list[Walked]
     shared_seconds: dict[str, float]  # the decay tick, the BFS index, the PPR edge table
     evaluated: int
     seeds_from: str
     events: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def walk(ds: Dataset, variants: Sequence[Variant], *, counts_logged_access: bool,

@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  walks over the timeline: {stats['walks']} built {stats['tables_built']} "
               f"tables in {walk_wall:.1f} s; variants per walk {stats['variants_per_walk']}; "
               f"{stats['variants_in_shared_walks']} tables came from {stats['shared_walks']} "
-              f"shared walk(s); {stats['tables_loaded']} read from the cache (the baseline's)")
+              f"shared walk(s); {stats['tables_loaded']} read from the (fresh) cache")
         print(f"  outside the walks (sampling, scoring, the journal): {wall - walk_wall:.1f} s")
         best = dict(zip([o.label() for o in objectives], result.best_values[0], strict=True))
         print(f"  best train value {best}; settings {result.best_settings[0]}")
