@@ -87,13 +87,16 @@ def load_results(folder: Path) -> list[dict[str, Any]]:
                                     pl.col("variant") == w["variant"])} for w in worlds]
 
 
-def _criterion(rows: pl.DataFrame, estimator: str) -> pl.DataFrame:
+def _criterion(rows: pl.DataFrame, estimator: str, proven: pl.DataFrame) -> pl.DataFrame:
     """Issue 40's bar, per world: on-zero and tuned against off on a matched definition,
-    within 0.02 of the truth or the 95% CI covering it."""
+    within 0.02 of the truth or the 95% CI covering it; `proven` (world, variant, passed)
+    says whether the replay was proven there (the fidelity check passed)."""
     return (rows.filter(pl.col("variant") == "matched", pl.col("arm").is_in(["on-zero", "tuned"]),
                         pl.col("labelling") == estimator)
+            .join(proven, on=["world", "variant"], how="left")
             .select("world", "arm", "delta", "ci_low", "ci_high", "truth",
-                    error=(pl.col("delta") - pl.col("truth")).abs())
+                    error=(pl.col("delta") - pl.col("truth")).abs(),
+                    replay_proven=pl.col("passed"))
             .with_columns(met=(pl.col("error") <= 0.02) | (
                 (pl.col("ci_low") <= pl.col("truth")) & (pl.col("truth") <= pl.col("ci_high"))))
             .sort("world", "arm"))
@@ -122,12 +125,19 @@ def report(results: list[dict[str, Any]], out: Path, console: Console) -> None:
         console.print(_console_table(summary, title))
         text.append(summary_markdown(summary, f"**{title}**"))
     summarize(rows, by=("variant", "labelling")).write_parquet(out / "summary.parquet")
+    proven = pl.DataFrame([{"world": r["rows"]["world"][0], "variant": r["rows"]["variant"][0],
+                            "passed": r["passed"]} for r in results],
+                          schema={"world": pl.String, "variant": pl.String,
+                                  "passed": pl.Boolean})
     for estimator in ("snips", "ips", "verdict ndcg@10"):
-        bar = _criterion(rows, estimator)
+        bar = _criterion(rows, estimator, proven)
         if bar.height:
+            worlds_met = bar.group_by("world").agg(pl.col("met").all())
             line = (f"issue 40's bar with {estimator} (matched definitions; on-zero and tuned "
                     f"against off within 0.02 of the truth or covered by the 95% CI): "
-                    f"{int(bar['met'].sum())} of {bar.height} rows")
+                    f"{int(bar['met'].sum())} of {bar.height} rows, "
+                    f"{int(worlds_met['met'].sum())} of {worlds_met.height} worlds (replay "
+                    f"proven in {int(bar['replay_proven'].fill_null(False).sum())} rows)")
             console.print(line, highlight=False)
             text.append(f"{line}\n\n" + bar.write_csv())
     for r in results:
