@@ -253,7 +253,7 @@ class Reporter:
         parent run with its figures as `decision/CANDIDATE/...` metrics."""
         s, labels = decision.settings, prepared.labels.source
         table = decision.confirmatory
-        metric = table["metric"][0] if table.height else s.metric  # snips ndcg@10 on verdicts
+        metric = table["metric"][0] if table.height else s.metric  # ips ndcg@10 on verdicts
         self.decided.append(decision)
         self.console.print(console_table(
             table, title=f"decision, test window: a verdict per candidate ({metric}, per "

@@ -55,13 +55,13 @@ def test_a_verdict_run_estimates_the_position_bias_and_each_arm(contextkit_world
     assert (bundle / "counterfactual" / "position_bias.png").read_bytes()[:4] == b"\x89PNG"
     per_query = pl.read_parquet(bundle / "counterfactual" / "per_query.parquet")
     assert {"arm", "question", "ips", "snips", "unshown", "bound"} <= set(per_query.columns)
-    # the verdicts read the SNIPS estimate, and name the guardrails it adds
-    assert "confirmatory family: snips ndcg@10" in printed
+    # the verdicts read the IPS estimate, and name the guardrails it adds
+    assert "confirmatory family: ips ndcg@10" in printed
     verdicts = pl.read_parquet(bundle / "decision" / "verdicts.parquet")
-    assert set(verdicts["metric"]) == {"snips ndcg@10"}
+    assert set(verdicts["metric"]) == {"ips ndcg@10"}
     on_zero = verdicts.filter(pl.col("candidate") == "on-zero").row(0, named=True)
     change = changes.filter(pl.col("arm") == "on-zero", pl.col("reference") == "off",
-                            pl.col("estimator") == "snips").row(0, named=True)
+                            pl.col("estimator") == "ips").row(0, named=True)
     assert on_zero["delta"] == pytest.approx(change["delta"])
     off_unshown = estimates.filter(pl.col("arm") == "off", pl.col("estimator") == "snips"
                                    )["unshown"].item()

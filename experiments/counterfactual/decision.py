@@ -2,7 +2,7 @@
 
 With verdict labels the decision's confirmatory family (`decision.family`) is built as
 always, then each candidate's estimate is replaced by the counterfactual estimate of the
-same comparison (the configured `[counterfactual] estimator`, SNIPS by default): its
+same comparison (the configured `[counterfactual] estimator`, IPS by default): its
 per-query paired change, its standard error the bootstrap's (questions resampled, the click
 model refitted in each), df the questions less one, so the rule's tests and intervals
 (`decision.inference`) read it as any paired estimate. Two guardrails join the candidate's:
