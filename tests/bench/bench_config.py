@@ -122,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nthe same {len(trials)} trials with one full replay each: {each_wall:.1f} s "
               f"wall ({each_cpu:.1f} s CPU in replays): {each_wall / wall:.1f}x the search's "
               f"{wall:.1f} s")
+        print(f"  in CPU seconds, which a shared machine's load moves less: {each_cpu:.1f} s "
+              f"in the replays alone against the search's {cpu:.1f} s in all: "
+              f"{each_cpu / max(cpu, 1e-9):.1f}x")
         print(f"each point replayed once, alone: {alone_wall:.1f} s wall, against the "
               f"search's {walk_wall:.1f} s of walks ({alone_wall / max(walk_wall, 1e-9):.2f}x: "
               "what sharing walks saved)")
