@@ -9,17 +9,19 @@ The search: `locomo-config`'s settings (expansion depth, candidates, edge floor,
 PPR, the feedback boost and penalty deltas) with the six weights, `--trials` trials (100)
 of TPE (the definition's seed, `points_per_state` and `trials_per_point`; no weights-only
 study runs first, so no trial starts from its weights), a journal in a fresh temporary
-folder, and a fresh replay cache, so every table a trial needs is built during the search. Printed: the trials, the distinct configuration points (tables)
-they visited, the walks over the timeline that built them (how many, how many variants
-each, how many shared one), and the search's wall and CPU seconds; the target is 100
-trials visiting at least 20 points in at most 10 minutes on this machine.
+folder, and a fresh replay cache, so every table a trial needs is built during the search.
+Printed: the trials, the distinct configuration points (tables) they visited, the walks
+over the timeline that built them (how many, how many variants each, how many shared one),
+and the search's wall and CPU seconds; the target is 100 trials visiting at least 20
+points in at most 10 minutes on this machine.
 
 Beside it, one full replay each: every distinct point replayed alone (`replay`, wall and
 CPU seconds, measured here in the same process after the search), and the time the trials
 would take if each replayed its point alone: the sum over the trials of their point's
-replay, plus the search's own time outside its walks (sampling, scoring, the journal).
-The machine is shared: the load average is printed before and after, and the ratios of
-times measured side by side in one run are what to read.
+replay, plus the search's own time outside its walks (sampling, scoring, the journal);
+and the same in CPU seconds. The machine is shared: the load average is printed before
+and after, and the ratios of times measured side by side in one run are what to read (the
+CPU one most: the load moves wall time more).
 """
 
 from __future__ import annotations
