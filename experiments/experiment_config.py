@@ -220,7 +220,7 @@ class FidelitySection:
     min_deltas: float = ranged(0.99, 0, 1)  # share of verdicts whose delta_applied is applied
     min_success: float = ranged(0.99, 0, 1)  # share of verdicts whose success row matches
     min_in_top: float = ranged(0.90, 0, 1)  # share of verdicted memories in the replayed top k
-    min_ranks: float = ranged(0.80, 0, 1)  # share of recorded ranks (metadata.rank) reproduced
+    min_ranks: float = ranged(0.70, 0, 1)  # share of recorded ranks (metadata.rank) reproduced
 
     def thresholds(self) -> dict[str, float]:
         return {"nodes": self.min_nodes, "edges": self.min_edges, "deltas": self.min_deltas,

@@ -123,7 +123,9 @@ def contextkit_world_store(tmp_path_factory) -> Path:
     query embedder, at ROOT/runs/contextkit.duckdb (the shipped definition's relative
     store under ROOT): read-only for the tests that share it."""
     from msprlab.experiments.cli import main
-    world = Path(__file__).parent / "fixtures" / "contextkit_world"
+    # a copy: opening a Qdrant folder locks it, and other workers read the fixture too
+    world = tmp_path_factory.mktemp("world-copy") / "contextkit_world"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "contextkit_world", world)
     store = tmp_path_factory.mktemp("world") / "runs" / "contextkit.duckdb"
     assert main(["ingest", "contextkit", "--feedback-db", str(world / "feedback_events.db"),
                  "--success-db", str(world / "query_success.db"),

@@ -295,7 +295,7 @@ def test_a_world_with_the_applications_embedder_replays_as_production(tmp_path, 
         path = tmp_path / f"{matched}.toml"
         path.write_text(definition(world, store, matched=matched).replace(
             "min_support = 10", "min_support = 1").replace("trials = 300", "trials = 2")
-            .replace("min_ranks = 0.80", "min_ranks = 0.5"))
+            .replace("min_ranks = 0.70", "min_ranks = 0.5"))
         capsys.readouterr()
         assert msprlab(["ablate", str(path), "--root", str(tmp_path), "--no-track"]) == code
         out = " ".join(capsys.readouterr().out.split())

@@ -227,9 +227,11 @@ def test_the_check_on_a_set_of_worlds(world_store, tmp_path, capsys):
     folder = tmp_path / "set" / "w"
     folder.mkdir(parents=True)
     shutil.copy(world_store, folder / "store.duckdb")
-    assert main(["ingest", "contextkit", "--feedback-db", str(WORLD / "feedback_events.db"),
-                 "--graph-jsonl", str(WORLD / "context_graph.jsonl"), "--qdrant-path",
-                 str(WORLD / "qdrant"), "--store", str(folder / "store-projected.duckdb")]) == 0
+    world = tmp_path / "world"
+    shutil.copytree(WORLD, world)  # opening a Qdrant folder locks it
+    assert main(["ingest", "contextkit", "--feedback-db", str(world / "feedback_events.db"),
+                 "--graph-jsonl", str(world / "context_graph.jsonl"), "--qdrant-path",
+                 str(world / "qdrant"), "--store", str(folder / "store-projected.duckdb")]) == 0
     definition(folder, folder / "store.duckdb", DECAY_OFF, name="matched.toml")
     definition(folder, folder / "store.duckdb", name="mismatched.toml")
     capsys.readouterr()

@@ -181,16 +181,13 @@ def test_endpoint_settings_are_checked(monkeypatch) -> None:
 
 # ---- through `msprlab ingest contextkit` -------------------------------------------------
 def _ingest(store: Path, *extra: str) -> int:
-    return main(["ingest", "contextkit", "--feedback-db", str(WORLD / "feedback_events.db"),
-                 "--qdrant-path", str(WORLD / "qdrant"), "--graph-jsonl",
-                 str(WORLD / "context_graph.jsonl"), "--store", str(store), *extra])
-
-
-@pytest.fixture
-def world(tmp_path) -> Path:
-    folder = tmp_path / "world"
-    shutil.copytree(WORLD, folder)
-    return folder
+    """Ingest a copy of the world (opening a Qdrant folder locks it)."""
+    world = store.parent / f"{store.stem}-world"
+    if not world.exists():
+        shutil.copytree(WORLD, world)
+    return main(["ingest", "contextkit", "--feedback-db", str(world / "feedback_events.db"),
+                 "--qdrant-path", str(world / "qdrant"), "--graph-jsonl",
+                 str(world / "context_graph.jsonl"), "--store", str(store), *extra])
 
 
 def test_ingest_through_an_endpoint_stores_productions_query_vectors(stub, tmp_path,

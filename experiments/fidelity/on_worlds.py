@@ -4,6 +4,7 @@ matched one on the store without query vectors (projected from the text), the fi
 whether the run would stop, and the settings it names.
 
     python -m msprlab.experiments.fidelity.on_worlds DIR [--only NAME ...] [--json FILE]
+        [--truth]
 
 Exit status 0 (the figures are findings, not failures), 2 when DIR holds no world.
 """
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from rich.markup import escape
 from rich.table import Table
 
@@ -55,6 +57,31 @@ def check_world(folder: Path, variant: str, scratch: Path) -> tuple[Fidelity | N
     return fidelity_stage(cfg, prepared), time.perf_counter() - started
 
 
+def truth_effect(folder: Path) -> dict[str, Any]:
+    """What the world's truth says of off, on-zero and all under production's [engine]
+    (matched.toml) on the test window, per query: each arm's mean nDCG@10 by the truth and
+    by the verdicts, and how many questions; written to FOLDER/truth_effect.json, which
+    the set's README shows."""
+    from msprlab.datasets.trec import read_qrels
+
+    from ..label_check import truth_prepared
+    from ..stages.ablate import ablate
+    cfg = load_experiment(folder / "matched.toml")
+    ladder = experiment_arms(cfg, ablation=True).ladder
+    arms = {name: ladder[name] for name in ("off", "on-zero", "all") if name in ladder}
+    prepared = replay_tables(cfg, folder / "store.duckdb", arms)
+    out: dict[str, Any] = {"metric": cfg.metrics.primary, "window": "test", "unit": "query"}
+    for labels, frame in (("truth", truth_prepared(prepared, read_qrels(
+            folder / "truth" / "qrels.tsv"))), ("verdicts", prepared)):
+        summary = ablate(cfg, frame, arms).summary.filter(
+            pl.col("metric") == cfg.metrics.primary, pl.col("group_by") == "overall",
+            pl.col("unit") == "query")
+        out[labels] = dict(zip(summary["arm"], summary["mean"], strict=True))
+        out["n"] = int(summary["n"].max())
+    (folder / "truth_effect.json").write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
 def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 
@@ -76,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the records")
+    parser.add_argument("--truth", action="store_true",
+                        help="also measure what each world's truth says of off, on-zero and "
+                             "all (NAME/truth_effect.json)")
     args = parser.parse_args(argv)
     console = stdout_console()
     worlds = sorted(p.parent for p in args.folder.glob("*/matched.toml")
@@ -87,6 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = []
     scratch = Path(tempfile.mkdtemp(prefix="msprlab-on-worlds-"))
     for folder in worlds:
+        if args.truth:
+            effect = truth_effect(folder)
+            console.print(f"{folder.name}: nDCG@10 per query on the test window (n = "
+                          f"{effect['n']}), truth: " + ", ".join(
+                              f"{arm} {value:.4f}" for arm, value in effect["truth"].items())
+                          + "; verdicts: " + ", ".join(
+                              f"{arm} {value:.4f}" for arm, value in effect["verdicts"].items()),
+                          highlight=False)
         for variant in args.variants:
             fid, seconds = check_world(folder, variant, scratch)
             if fid is None:

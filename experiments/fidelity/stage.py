@@ -51,7 +51,7 @@ from .production import Production, production_of
 __all__ = ["REVISION", "Fidelity", "FidelityStop", "fidelity_metrics", "fidelity_stage",
            "stop_message", "with_fidelity"]
 
-REVISION = "fidelity/3"  # part of the cached figures' key: a change in the figures re-measures
+REVISION = "fidelity/4"  # part of the cached figures' key: a change in the figures re-measures
 _LABELS = {"nodes": "nodes", "edges": "edges", "deltas": "deltas", "success": "success rows",
            "in_top": "in top k", "ranks": "ranks"}
 
@@ -205,9 +205,19 @@ def _search(run: _Replayer, definition: Candidate) -> list[Candidate]:
     return [*states, *([weighted] if weighted is not top else [])]
 
 
+# How much better (share in the top k plus share of ranks) other weights must rank before
+# they are named: the frequency term the replay cannot reproduce moves a few verdicts,
+# and weights that happen to make up for that are not production's.
+WEIGHT_MARGIN = 0.02
+
+
+def _ranking_gain(f: Figures) -> float:
+    return (f.in_top or 0.0) + (f.ranks or 0.0)
+
+
 def _weights(run: _Replayer, top: Candidate, table: CandidateTable) -> Candidate:
     """The best weights (delta, zeta) on `top`'s table by the ranking figures; `top` itself
-    unless another does better."""
+    unless another ranks better by more than `WEIGHT_MARGIN`."""
     events = run.prepared.dataset.events
     best_config, best_figures = top.config, top.figures
     for config in weight_options(top.config):
@@ -217,7 +227,8 @@ def _weights(run: _Replayer, top: Candidate, table: CandidateTable) -> Candidate
         figures = replace(top.figures, **asdict(ranked))
         if _ranking_score(figures) > _ranking_score(best_figures):
             best_config, best_figures = config, figures
-    if best_config is top.config:
+    if best_config is top.config or (
+            _ranking_gain(best_figures) < _ranking_gain(top.figures) + WEIGHT_MARGIN):
         return top
     retrieval = best_config.retrieval
     return Candidate(f"{top.name}; delta {retrieval.delta_personal:g}, zeta "
@@ -252,14 +263,14 @@ def fidelity_stage(cfg: ExperimentConfig, prepared: Prepared,
         if failing and settings.search:
             candidates = _search(run, definition)
     chosen = best(candidates, lambda f: (*_state_score(f), *_ranking_score(f)))
-    notes = _notes(figures, failing, projected, production)
+    notes = _notes(figures, failing, projected, production, cfg)
     return Fidelity(figures, thresholds, failing, settings.on_fail, seeds, projected,
                     tuple(candidates) if len(candidates) > 1 else (),
                     chosen.changes if chosen is not definition else {}, tuple(notes))
 
 
 def _notes(figures: Figures, failing: tuple[str, ...], projected: bool,
-           production: Production) -> list[str]:
+           production: Production, cfg: ExperimentConfig) -> list[str]:
     notes = []
     if projected and "in_top" in failing:
         notes.append("the queries are projected from their text (the store holds no query "
@@ -270,6 +281,12 @@ def _notes(figures: Figures, failing: tuple[str, ...], projected: bool,
                      "of the nodes; the artifacts keep no log of the searches without a "
                      "verdict, whose results the library counted, so the frequency term "
                      "(epsilon) and decay's recency cannot be replayed as production had them")
+        epsilon = cfg.engine.retrieval.epsilon_frequency
+        if epsilon > 0:
+            notes.append(f"with epsilon_frequency = {epsilon:g} the replay ranks without "
+                         "production's access counts: where that term decided, the replayed "
+                         "ranks differ from the shown ones (the in-top and rank figures are "
+                         "bounded by it)")
     if not production.ranked:
         notes.append("no verdict records the rank it was shown at (metadata.rank): the rank "
                      "agreement is not measured; pass metadata={\"rank\": R} to "

@@ -169,15 +169,21 @@ def make(world: World, out: Path, *, replace: bool) -> dict[str, Any]:
     started = time.perf_counter()
     info = generate_world(folder, world.settings)
     timings = info.pop("_timings")
-    spec = world.settings.embedder
-    timings["ingest"] = _ingest(folder, folder / "store.duckdb", spec)
-    timings["ingest_projected"] = _ingest(folder, folder / "store-projected.duckdb", None)
-    for name, matched in (("matched.toml", True), ("mismatched.toml", False)):
-        (folder / name).write_text(definition(world, folder / "store.duckdb",
-                                              matched=matched), encoding="utf-8")
+    timings.update(read(world, folder))
     timings["all"] = time.perf_counter() - started
     (folder / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
     return {"world": world, "info": info, "timings": timings}
+
+
+def read(world: World, folder: Path) -> dict[str, float]:
+    """Ingest a made world (with production's query embedder, and without one) and write
+    its two definitions; the seconds each ingest took."""
+    timings = {"ingest": _ingest(folder, folder / "store.duckdb", world.settings.embedder),
+               "ingest_projected": _ingest(folder, folder / "store-projected.duckdb", None)}
+    for name, matched in (("matched.toml", True), ("mismatched.toml", False)):
+        (folder / name).write_text(definition(world, folder / "store.duckdb",
+                                              matched=matched), encoding="utf-8")
+    return timings
 
 
 def _check_embedders(worlds: Sequence[World]) -> None:
@@ -204,10 +210,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="make these worlds only (the manifest lists the ones in DIR)")
     parser.add_argument("--replace", action="store_true",
                         help="make a world again where DIR holds it")
-    parser.add_argument("--manifest-only", action="store_true",
-                        help="only write DIR/README.md for the worlds DIR holds")
+    parser.add_argument("--refresh", action="store_true",
+                        help="make no world: ingest the worlds DIR holds again and rewrite "
+                             "their definitions and DIR/README.md (after a change to the "
+                             "loader or the shipped definition)")
     args = parser.parse_args(argv)
-    if args.manifest_only:
+    if args.refresh:
+        _check_embedders(WORLDS)
+        for world in WORLDS:
+            folder = args.out / world.name
+            if (folder / "world.json").is_file() and (folder / "timings.json").is_file():
+                timings = json.loads((folder / "timings.json").read_text())
+                timings.update(read(world, folder))
+                (folder / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
         write_manifest(args.out, WORLDS)
         return EXIT_OK
     chosen = [w for w in WORLDS if args.only is None or w.name in args.only]

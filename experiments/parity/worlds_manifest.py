@@ -37,7 +37,17 @@ def world_command(name: str, settings: WorldSettings, out: str = "DIR") -> str:
     return " ".join(parts)
 
 
-def _row(world: Any, info: dict[str, Any], timings: dict[str, Any]) -> str:
+def _truth(folder: Path) -> str:
+    """off -> on-zero -> all by the truth (nDCG@10 per query, test window), where measured
+    (`python -m msprlab.experiments.fidelity.on_worlds DIR --truth`)."""
+    path = folder / "truth_effect.json"
+    if not path.is_file():
+        return "not measured"
+    effect = json.loads(path.read_text())["truth"]
+    return " → ".join(f"{effect[a]:.3f}" for a in ("off", "on-zero", "all") if a in effect)
+
+
+def _row(world: Any, info: dict[str, Any], timings: dict[str, Any], truth: str) -> str:
     s, c, p = world.settings, info["counts"], world.settings.production
     ingest = timings["ingest"] + timings["ingest_projected"]
     production = f"decay on, half-life {p.half_life_days:g} d" if p.decay else "decay off"
@@ -50,7 +60,7 @@ def _row(world: Any, info: dict[str, Any], timings: dict[str, Any]) -> str:
             f"{c['verdicts']:,} ({c['verdicts_helpful']:,} helpful, "
             f"{c['verdicts_with_rank']:,} with a rank) | r^-{s.click_model.eta:g}, noise "
             f"{s.click_model.noise:g} | {s.preference_share:.0%} | {production} | {embedder} "
-            f"| {world.mismatch} | {timings['total']:.0f} s (+{ingest:.0f} s ingest) |")
+            f"| {world.mismatch} | {truth} | {timings['total']:.0f} s (+{ingest:.0f} s ingest) |")
 
 
 def write_manifest(out: Path, worlds: Sequence[Any]) -> None:
@@ -83,9 +93,15 @@ def write_manifest(out: Path, worlds: Sequence[Any]) -> None:
         "`NAME/timings.json`).",
         "",
         "| world | users | memories | searches | verdicts | examination, noise | truth "
-        "follows past verdicts | production | embedder | mismatched [engine] | time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-        *(_row(w, i, t) for w, i, t in made),
+        "follows past verdicts | production | embedder | mismatched [engine] | truth nDCG@10 "
+        "off → on-zero → all | time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *(_row(w, i, t, _truth(out / w.name)) for w, i, t in made),
+        "",
+        "The truth column: each arm's nDCG@10 by the world's truth, per query on the test "
+        "window, replayed under production's [engine] (`python -m "
+        "msprlab.experiments.fidelity.on_worlds DIR --truth`, which writes "
+        "`NAME/truth_effect.json` with the verdict-labelled values beside them).",
         "",
         "## What each world folder holds",
         "",
