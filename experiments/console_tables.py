@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import polars as pl
 from rich import box
 from rich.table import Table
 
+from .decision.detail import mark
+from .measures.compare import families_caption
 from .measures.metrics import parse_metric
 
 __all__ = ["arms_table", "audit_table", "comparison_table", "delta_matrix", "family_caption", "fmt",
-           "funnel_group_table", "funnel_table", "judged_shares", "ladder_table", "reference_table",
-           "side_effect_table", "summary_table"]
+           "funnel_group_table", "funnel_table", "judged_shares", "ladder_table", "mean_caption",
+           "reference_table", "side_effect_table", "summary_table"]
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -29,14 +31,56 @@ def _p(value: float | None) -> str:
     return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
-def family_caption(comparison: pl.DataFrame) -> str:
-    """The correction statements of a comparison's rows (each breakdown's family, its size,
-    the interval's level), one per distinct breakdown, and the test."""
+def _p_cell(r: Mapping[str, object]) -> str:
+    """A row's adjusted p (n.t.: not tested), marked where it shows a verdict row's figures
+    (C: the confirmatory family's, V: the per-intent verdicts', `decision.detail`)."""
+    text = _p(r["p_t_adj"]) if r.get("tested", True) else "n.t."  # type: ignore[arg-type]
+    return f"{text} {mark(r)}" if mark(r) else text
+
+
+def _mean_cell(r: Mapping[str, object]) -> str:
+    """A mean with its bootstrap CI."""
+    return f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"  # type: ignore[arg-type]
+
+
+MC_ERROR_SHOWN = 0.0005  # a mean CI's Monte Carlo error is printed where it exceeds this
+
+
+def mean_caption(rows: pl.DataFrame) -> str:
+    """What the `mean [95% CI]` cells of `rows` (summary rows) are: the bootstrap, its
+    resamples, and the Monte Carlo error of their bounds (`stats.mc_error`) for each cell
+    where it exceeds `MC_ERROR_SHOWN` (at 10,000 resamples about 0.0006 per query and 0.002
+    per search on LoCoMo), else that none does."""
+    if not rows.height:
+        return ""
+    methods = "; ".join(rows.get_column("ci_method").unique(maintain_order=True).to_list())
+    text = f"mean [95% CI]: {methods}, each arm its own resample stream"
+    if "ci_mc_error" not in rows.columns:
+        return text
+    errors = rows.filter(pl.col("ci_mc_error").is_not_nan() & pl.col("ci_mc_error").is_not_null())
+    over = errors.filter(pl.col("ci_mc_error") > MC_ERROR_SHOWN)
+    if not over.height:
+        return (text + f"; the bounds' Monte Carlo error is at most {MC_ERROR_SHOWN:g}"
+                if errors.height else text)
+    units = "unit" in rows.columns and rows.get_column("unit").n_unique() > 1
+    named = ", ".join(
+        (f"{r['arm']}" if "arm" in over.columns else "") + (f" per {r['unit']}" if units else "")
+        + f" {r['ci_mc_error']:.4f}" for r in over.iter_rows(named=True))
+    rest = errors.height - over.height
+    return (text + f"; the bounds' Monte Carlo error (one standard error), where above "
+            f"{MC_ERROR_SHOWN:g}: {named.strip()}"
+            + (f" (the other {rest} at most {MC_ERROR_SHOWN:g})" if rest else ""))
+
+
+def family_caption(comparison: pl.DataFrame,
+                   name: Callable[[Mapping[str, object]], str] | None = None) -> str:
+    """The families of a comparison's rows, said once (`compare.families_caption`: the
+    confirmatory rows marked C, the exploratory families' method and sizes), and the
+    test(s)."""
     if not comparison.height:
         return ""
-    labels = comparison.get_column("correction").unique(maintain_order=True).to_list()
     tests = comparison.get_column("t_test").unique(maintain_order=True).to_list()
-    return "; ".join([*labels, *(f"test: {t}" for t in tests)])
+    return "; ".join([families_caption(comparison, name), *(f"test: {t}" for t in tests)])
 
 
 def _arm_and_group(r: Mapping[str, object], previous: object) -> tuple[str, str]:
@@ -71,9 +115,16 @@ def comparison_table(comparison: pl.DataFrame, *, metric: str, title: str,
         previous = r["arm"]
         table.add_row(arm, group, f"{r['n']:,}", fmt(r["mean_base"]), fmt(r["mean_arm"]),
                       f"{r['delta']:+.4f}" if not math.isnan(r["delta"]) else "–",
-                      f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
-                      _p(r["p_t_adj"]) if r.get("tested", True) else "n.t.")
+                      _ci(r), _p_cell(r))
     return table
+
+
+def _ci(r: Mapping[str, object]) -> str:
+    """A delta's interval, signed like the delta."""
+    low, high = r["ci_low"], r["ci_high"]
+    if not isinstance(low, float) or not isinstance(high, float) or math.isnan(low):
+        return "[–, –]"
+    return f"[{low:+.4f}, {high:+.4f}]"
 
 
 def summary_table(summary: pl.DataFrame, *, metric: str, title: str) -> Table:
@@ -109,10 +160,9 @@ def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
     groups = rows.select("group_by", "group", "n").unique(["group_by", "group"],
                                                              maintain_order=True)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                  caption=f"EXPLORATORY. +/- : CI excludes 0;  * : adjusted p < {alpha};  n: "
-                          "queries with a relevant memory; "
-                          "groups under the minimum support in italics (not tested)"
-                          + (f";  {family}" if family else ""),
+                  caption=f"+/-: CI excludes 0; *: adjusted p < {alpha}; n: queries with a "
+                          "relevant memory; groups under the minimum support in italics (not "
+                          "tested)" + (f"; {family}" if family else ""),
                   caption_justify="left")
     table.add_column("arm", no_wrap=True)
     for r in groups.iter_rows(named=True):
@@ -128,14 +178,16 @@ def delta_matrix(comparison: pl.DataFrame, *, metric: str, title: str,
                 cells.append("–")
                 continue
             r = hit.row(0, named=True)
-            mark = ""
+            signs = ""
             if r["ci_low"] > 0:
-                mark += "+"
+                signs += "+"
             elif r["ci_high"] < 0:
-                mark += "-"
+                signs += "-"
             if r["p_t_adj"] == r["p_t_adj"] and r["p_t_adj"] < alpha:
-                mark += "*"
-            text = f"{r['delta']:+.4f}{mark}"
+                signs += "*"
+            if shown := mark(r):
+                signs += f" {shown}"
+            text = f"{r['delta']:+.4f}{signs}"
             cells.append(f"[italic]{text}[/italic]" if r["low_support"] else text)
         table.add_row(arm, *cells)
     return table
@@ -166,8 +218,7 @@ def _delta_cell(r: dict | None) -> tuple[str, str]:
     """(delta with its CI, adjusted t-test p) of one comparison row."""
     if r is None or r["delta"] is None or math.isnan(r["delta"]):
         return "–", "–"
-    return (f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]",
-            _p(r["p_t_adj"]) if r.get("tested", True) else "n.t.")
+    return f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", _p_cell(r)
 
 
 def judged_shares(summary: pl.DataFrame, judged: str, unit: str, *, ratio: float
@@ -196,6 +247,8 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
                             pl.col("unit") == unit) if comparison.height else comparison
     shares = {} if judged is None else judged_shares(summary, judged, unit,
                                                      ratio=min_judged_ratio)
+    rows = summary.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
+                          pl.col("unit") == unit)
     judged_caption = "" if judged is None else (
         f"; {judged}: judged share of the top {parse_metric(judged).k} (verdicts exist only for "
         f"memories the logging ranker showed, so the labels favour it); not assessable: a "
@@ -205,16 +258,15 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
         f"n: {n_label} with a relevant memory; Δ off: against MSPR off (the context graph "
         "alone, the rollout's reference); Δ on-zero: against MSPR on at zero new weights "
         "(what recording verdicts and accesses does by itself is the difference between the "
-        "two); " + (family_caption(cmp) if cmp.height else "no comparison") +
-        " (n.t.: not tested); mean [95% CI]: percentile bootstrap over queries; match: "
+        "two); " + (family_caption(cmp, lambda r: f"Δ {r['reference']}")
+                    if cmp.height else "no comparison") +
+        " (n.t.: not tested); " + mean_caption(rows) + "; match: "
         "share of evaluated rankings equal to the logged one (the rest see frozen feedback "
         "that is counterfactual for them)" + judged_caption), caption_justify="left")
     columns = ["arm", "n", "mean [95% CI]", "Δ off [CI]", "p (adj)", "Δ on-zero [CI]",
                "p (adj) ", "match"] + ([judged] if judged else [])
     for column in columns:
         table.add_column(column, justify="left" if column == "arm" else "right", no_wrap=True)
-    rows = summary.filter(pl.col("metric") == metric, pl.col("group_by") == "overall",
-                          pl.col("unit") == unit)
     rates = {r["arm"]: r for r in match.iter_rows(named=True)}
 
     def delta(reference: str, arm: str) -> dict | None:
@@ -227,8 +279,7 @@ def ladder_table(summary: pl.DataFrame, comparison: pl.DataFrame, match: pl.Data
         m = rates.get(r["arm"])
         share = shares.get(r["arm"])
         name = r["arm"] if share is None or share[1] else f"{r['arm']} (not assessable)"
-        table.add_row(name, f"{r['n']:,}",
-                      f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+        table.add_row(name, f"{r['n']:,}", _mean_cell(r),
                       *_delta_cell(delta("off", r["arm"])),
                       *_delta_cell(delta("on-zero", r["arm"])),
                       f"{m['rate']:.1%}" if m and m["logged"] else "–",
@@ -242,12 +293,13 @@ def reference_table(summary: pl.DataFrame, comparison: pl.DataFrame, *, metric: 
     """One row per reference ranker and unit, overall: its mean with a CI, n, its delta
     against `off` with a CI and Holm-adjusted t-test p, and what ranking every search cost;
     `labels` (name -> how it ranks) make the caption."""
+    overall = (pl.col("metric") == metric) & (pl.col("group_by") == "overall")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption=(
         "references, not arms: not tuned, same searches, qrels and visibility (the query "
         "owner's memories that exist at search time) as the ladder; n: queries or searches "
         "with a relevant memory; Δ off: reference minus off (MSPR disabled), paired; "
-        + family_caption(comparison.filter(
-            (pl.col("metric") == metric) & (pl.col("group_by") == "overall"))) +
+        + family_caption(comparison.filter(overall)) + "; "
+        + mean_caption(summary.filter(overall)) +
         "; seconds: ranking every search, indexing included. "
         + "; ".join(f"{name}: {label}" for name, label in labels.items())),
         caption_justify="left")
@@ -255,11 +307,9 @@ def reference_table(summary: pl.DataFrame, comparison: pl.DataFrame, *, metric: 
                    "seconds"):
         table.add_column(column, justify="left" if column in ("reference", "unit") else "right",
                          no_wrap=True)
-    overall = (pl.col("metric") == metric) & (pl.col("group_by") == "overall")
     deltas = {(r["arm"], r["unit"]): r for r in comparison.filter(overall).iter_rows(named=True)}
     for r in summary.filter(overall).iter_rows(named=True):
-        table.add_row(r["arm"], f"per {r['unit']}", f"{r['n']:,}",
-                      f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+        table.add_row(r["arm"], f"per {r['unit']}", f"{r['n']:,}", _mean_cell(r),
                       *_delta_cell(deltas.get((r["arm"], r["unit"]))),
                       f"{seconds[r['arm']]:.2f}")
     return table

@@ -172,7 +172,7 @@ class ReplaySection:
 class MetricsSection:
     names: tuple[str, ...] = filled(("ndcg@10", "recall@10", "mrr"))
     primary: str = "ndcg@10"
-    bootstrap: int = ranged(1000, low=1)   # resamples per bootstrap CI
+    bootstrap: int = ranged(10_000, low=1)  # resamples per bootstrap CI of a mean
     min_support: int = ranged(30, low=0)   # queries a group needs to be tested
     # The exploratory rows' correction, within each breakdown: "bonferroni" pairs each CI
     # with its adjusted p (compare.py); "holm" and "bh" adjust p only.

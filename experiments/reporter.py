@@ -90,6 +90,8 @@ from .console_tables import (
     reference_table,
     side_effect_table,
 )
+from .decision.answer import console_lines
+from .decision.detail import with_confirmatory
 from .decision.render import caption, console_table, exploratory_caption
 from .errors import redact_url
 from .experiment_config import ExperimentConfig, judged_metric
@@ -123,12 +125,25 @@ class Reporter:
     # The weight search's messages (recovery, trials to add), printed with its results:
     # they happen while it runs, before the verdict table, which prints first.
     held: list[str] = field(default_factory=list)
+    # The verdicts (`decision`), printed first: the detail tables show their figures on the
+    # rows that ask a confirmatory question (`_confirmed`).
+    decided: list[Decision] = field(default_factory=list)
 
     def _print(self, text: str) -> None:
         self.console.print(text, highlight=False)
 
     def _note(self, note: str) -> None:
         self._print(f"[yellow]note:[/yellow] {note}")
+
+    def _confirmed(self, comparison: pl.DataFrame, *, flipped: bool = False) -> pl.DataFrame:
+        """A comparison whose rows that a verdict row answers carry its figures, marked (C:
+        confirmatory, V: the per-intent verdicts), and whose exploratory families leave them
+        out (`decision.detail`)."""
+        cfg, decided = self.cfg, self.decided[-1] if self.decided else None
+        return with_confirmatory(comparison, decided.confirmatory if decided else None,
+                                 by_intent=decided.by_intent if decided else None,
+                                 alpha=cfg.decision.alpha, correction=cfg.metrics.correction,
+                                 min_support=cfg.metrics.min_support, flipped=flipped)
 
     # ---- live progress ------------------------------------------------------------------
     def progress(self) -> Stage:
@@ -238,23 +253,21 @@ class Reporter:
         parent run with its figures as `decision/CANDIDATE/...` metrics."""
         s, labels = decision.settings, prepared.labels.source
         table = decision.confirmatory
+        self.decided.append(decision)
         self.console.print(console_table(
             table, title=f"decision, test window: a verdict per candidate ({s.metric}, per "
                          f"{s.unit}, confirmatory); labels: {labels}",
             caption_text=caption(table, min_support=self.cfg.metrics.min_support,
                                  labels=labels)))
+        for line in console_lines(table, notes=decision.notes, snippet=SNIPPET if
+                                  decision.snippet else "",
+                                  recommended=decision.recommended.to_dicts()):
+            self._print(line)
         if decision.by_intent.height:
             self.console.print(console_table(
                 decision.by_intent, title=f"EXPLORATORY: the same verdicts per intent group "
                                           f"({s.metric}, per {s.unit}); labels: {labels}",
                 caption_text=exploratory_caption(decision.by_intent, labels=labels)))
-        for note in decision.notes:
-            self._print(f"[yellow]note ({SNIPPET}):[/yellow] {note}")
-        for r in decision.recommended.iter_rows(named=True):
-            self._print(f"recommended against {r['reference']}: {r['metric']} "
-                        f"{r['mean_candidate']:.4f} vs {r['mean_reference']:.4f}, Δ "
-                        f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] "
-                        f"({r['note']})")
         self.bundle.frame(table, DECISION)
         self.bundle.csv(table, DECISION_CSV)
         self.bundle.frame(decision.by_intent, DECISION_BY_INTENT)
@@ -279,13 +292,14 @@ class Reporter:
         before the isolation audit runs (`isolation`), which replays again."""
         cfg, result, labels = self.cfg, ablation.result, prepared.labels.shown
         primary = cfg.metrics.primary
+        comparison = self._confirmed(result.comparison)
         self.console.print(arms_table(ablation.arms.filter(
             pl.col("name").is_in(list(ablation.ladder)))))
         for unit, label in (("query", "per query: every question counts once"),
                             ("search", "per search: weighted by traffic, means with a cluster "
                                        "bootstrap, Δ with a cluster-robust t over queries")):
             self.console.print(ladder_table(
-                result.summary, result.comparison, result.match, metric=primary, unit=unit,
+                result.summary, comparison, result.match, metric=primary, unit=unit,
                 judged=self._judged(prepared), min_judged_ratio=cfg.metrics.min_judged_ratio,
                 title=f"ablation ladder, test window: {primary}, {label}; labels: {labels}"))
         self.console.print(funnel_table(
@@ -298,19 +312,20 @@ class Reporter:
                 arms=list(ablation.ladder), group_by=group_by,
                 title=f"stage funnel by {group_by.replace('_', ' ')}, test window, per query: "
                       f"{primary}; labels: {labels}"))
-        if result.comparison.height:
+        if comparison.height:
             for group_by in ("intent", "question_type"):
-                part = result.comparison.filter(pl.col("reference") == "off",
+                part = comparison.filter(pl.col("reference") == "off",
                                                 pl.col("unit") == "query",
                                                 pl.col("group_by").is_in(["overall", group_by]))
                 self.console.print(delta_matrix(
                     part, metric=primary, title=f"ablation, test window: {primary} change "
                     f"against off (MSPR disabled), per query, by {group_by.replace('_', ' ')}; "
-                    f"labels: {labels} (exploratory)",
+                    f"labels: {labels}",
                     family=family_caption(part.filter(pl.col("metric") == primary))))
         if result.side_effects.height:
-            self.console.print(side_effect_table(result.side_effects, metric=primary,
-                                                 labels=labels))
+            self.console.print(side_effect_table(
+                self._confirmed(result.side_effects, flipped=True), metric=primary,
+                labels=labels))
         for note in result.notes:
             self._note(note)
 
@@ -355,9 +370,10 @@ class Reporter:
         self.bundle.frame(result.match, ABLATION_MATCH)
         self.bundle.json(result.notes, ABLATION_NOTES)
         if result.comparison.height:
-            self.bundle.frame(result.comparison, ABLATION_COMPARISON)
+            self.bundle.frame(self._confirmed(result.comparison), ABLATION_COMPARISON)
         if result.side_effects.height:
-            self.bundle.frame(result.side_effects, ABLATION_SIDE_EFFECTS)
+            self.bundle.frame(self._confirmed(result.side_effects, flipped=True),
+                              ABLATION_SIDE_EFFECTS)
 
     def references(self, prepared: Prepared, refs: ReferenceRankers | None) -> None:
         """The reference rankers: printed, bundled under references/, one MLflow child run
@@ -567,20 +583,21 @@ class Reporter:
         per arm; the test part of the bundle, the TREC runs and the snippet."""
         cfg, labels = self.cfg, prepared.labels.shown
         primary = cfg.metrics.primary
-        comparison, summary = held.comparison, held.summary
+        comparison, summary = self._confirmed(held.comparison), held.summary
         for ref in held.references:
             what = ("off (MSPR disabled: the context graph alone)" if ref == "off"
                     else "on-zero (MSPR on, new weights at 0)")
             groups = (("overall", "intent", "question_type", "seen") if ref == "off"
                       else ("overall", "seen"))
             part = comparison.filter(pl.col("reference") == ref, pl.col("unit") == "query")
+            shown = part.filter(pl.col("group_by").is_in(groups), pl.col("metric") == primary)
+            marked = bool(shown["confirmatory"].any()) if shown.height else False
             self.console.print(comparison_table(
                 part, metric=primary, base_label=ref, arm_label="tuned", group_by=groups,
-                title=f"test window, exploratory: tuned weights against {what}, {primary}, "
-                      "per query (n = distinct questions; seen = asked in the train window "
-                      f"too; * = below min support); labels: {labels}",
-                caption=_family(part.filter(pl.col("group_by").is_in(groups)), ref, "query",
-                                primary)))
+                title=f"test window{'' if marked else ', exploratory'}: tuned weights against "
+                      f"{what}, {primary}, per query (n = distinct questions; seen = asked in "
+                      f"the train window too; * = below min support); labels: {labels}",
+                caption=family_caption(shown)))
         per_search = comparison.filter(pl.col("unit") == "search",
                                        pl.col("group_by").is_in(["overall", "seen"]))
         self.console.print(comparison_table(
@@ -684,12 +701,3 @@ def _arm_metrics(frame: pl.DataFrame, arm: str, *, stem: tuple[str, ...] = (),
         if sizes:
             out[metric_key(*prefix, "n", *group)] = r["n"]
     return out
-
-
-def _family(comparison: pl.DataFrame, reference: str, unit: str,
-            metric: str | None = None) -> str:
-    """The statements of a comparison's multiple-testing families (one per breakdown)."""
-    rows = comparison.filter(pl.col("reference") == reference, pl.col("unit") == unit)
-    if metric is not None:
-        rows = rows.filter(pl.col("metric") == metric)
-    return family_caption(rows)

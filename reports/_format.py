@@ -15,10 +15,16 @@ from typing import Any
 
 import polars as pl
 
+from msprlab.experiments.bundle import SNIPPET
+from msprlab.experiments.decision.answer import answer
+from msprlab.experiments.decision.detail import mark
+from msprlab.experiments.measures.compare import families_caption
+
 __all__ = ["ALPHA", "FUNNEL_HEADER", "LOW_SUPPORT_MARK", "ComparisonRow", "comparison_rows",
-           "explain", "fmt", "fmt_ci", "fmt_delta", "fmt_p", "fmt_pct", "funnel_explain",
-           "funnel_rows", "group_label", "judged_line", "label_note", "label_source", "methods",
-           "primary_metric", "side_effect_rows", "significance"]
+           "decision_answer", "explain", "fmt", "fmt_ci", "fmt_delta", "fmt_p", "fmt_pct",
+           "funnel_explain", "funnel_rows", "group_label", "judged_line", "label_note",
+           "label_source", "methods", "p_cell", "primary_metric", "side_effect_rows",
+           "significance"]
 
 ALPHA = 0.05
 LOW_SUPPORT_MARK = "†"
@@ -93,6 +99,7 @@ class ComparisonRow:
     p_t: str
     significant: str
     direction: int  # +1 / -1 where a test rejects and the delta has that sign, else 0
+    confirmatory: bool = False  # a verdict table's figures (p marked C or V)
 
     @property
     def label(self) -> str:
@@ -112,6 +119,7 @@ def comparison_rows(comparison: pl.DataFrame, metric: str,
         arms[item[1]["arm"]], order[item[1]["group_by"]], item[0]))
     for _, r in indexed:
         marks = significance(r["p_t_adj"])
+        confirmatory = bool(r.get("confirmatory"))
         direction = 0
         if marks and not _missing(r["delta"]) and r["delta"] != 0:
             direction = 1 if r["delta"] > 0 else -1
@@ -120,9 +128,9 @@ def comparison_rows(comparison: pl.DataFrame, metric: str,
             low_support=bool(r["low_support"]), n=fmt(r["n"]),
             n_no_relevant=fmt(r["n_no_relevant"]), mean_base=fmt(r["mean_base"]),
             mean_arm=fmt(r["mean_arm"]), delta=fmt_delta(r["delta"]),
-            ci=fmt_ci(r["ci_low"], r["ci_high"], signed=True), p_t=fmt_p(r["p_t_adj"]),
-            significant=marks,
-            direction=direction))
+            ci=fmt_ci(r["ci_low"], r["ci_high"], signed=True),
+            p_t=fmt_p(r["p_t_adj"]) + (f" {mark(r)}" if confirmatory else ""),
+            significant=marks, direction=direction, confirmatory=confirmatory))
     return rows
 
 
@@ -171,11 +179,28 @@ def explain(labels: str) -> str:
             f"{labels}; n counts distinct questions.")
 
 
+def decision_answer(results: Any) -> list[str]:
+    """The plain-language answer under the verdict table (`decision.answer`), from a
+    bundle's verdicts: the same sentences the console printed."""
+    if results.decision is None:
+        return []
+    notes = results.decision_notes or {}
+    return answer(results.decision, snippet=SNIPPET if notes.get("snippet") else "")
+
+
+def p_cell(r: dict[str, Any]) -> str:
+    """A comparison row's adjusted p ("n.t.": not tested), marked where the row shows a
+    verdict row's figures (C: confirmatory, V: the per-intent verdicts, `decision.detail`)."""
+    text = fmt_p(r.get("p_t_adj")) if r.get("tested", True) else "n.t."
+    return f"{text} {mark(r)}" if mark(r) else text
+
+
 def side_effect_rows(effects: pl.DataFrame, metric: str) -> list[dict[str, str]]:
     """The overall side-effect rows of `metric`, formatted: one per block and unit."""
     return [{"block": r["block"], "unit": f"per {r['unit']}", "n": fmt(r["n"]),
              "without": fmt(r["mean_base"]), "with": fmt(r["mean_arm"]),
              "delta": fmt_delta(r["delta"]), "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
+             "p": p_cell(r),
              "changed": f"{r['top10_changed'] / max(1, r['searches']):.1%}"}
             for r in effects.filter(pl.col("metric") == metric,
                                     pl.col("group_by") == "overall").iter_rows(named=True)]
@@ -211,16 +236,18 @@ def methods(comparison: pl.DataFrame) -> list[str]:
     """The method statements of a comparison frame, one line each (distinct values). The
     tests' lines come from the rows inside the correction's family only (a row below the
     minimum support is not tested), and the exact sign-flip variants, which differ only in
-    n, are merged into one line."""
+    n, are merged into one line; the families (confirmatory rows, each exploratory
+    family's method and size) in one line, as the console says them."""
     lines = []
     tested = comparison.filter(pl.col("tested")) if "tested" in comparison.columns \
         else comparison
-    for column, what in (("ci_method", "CI of the delta"), ("t_test", "t-test"),
-                         ("correction", "multiple-testing correction")):
-        frame = comparison if column in ("ci_method", "correction") else tested
+    for column, what in (("ci_method", "CI of the delta"), ("t_test", "t-test")):
+        frame = comparison if column == "ci_method" else tested
         if column in frame.columns:
             values = frame.get_column(column).unique(maintain_order=True).to_list()
             lines += [f"{what}: {v}" for v in _merge_exact([v for v in values if v])]
+    if "correction" in comparison.columns and comparison.height:
+        lines.append(f"multiple-testing correction: {families_caption(comparison)}")
     return lines
 
 

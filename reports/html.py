@@ -17,6 +17,9 @@ from typing import Any
 import polars as pl
 
 from msprlab.experiments import bundle as layout
+from msprlab.experiments.console_tables import mean_caption
+from msprlab.experiments.decision.answer import HEADING as ANSWER_HEADING
+from msprlab.experiments.decision.detail import mark
 from msprlab.experiments.decision.render import HEADER as DECISION_HEADER
 from msprlab.experiments.decision.render import caption as decision_caption
 from msprlab.experiments.decision.render import cells as decision_cells
@@ -28,6 +31,7 @@ from ._format import (
     FUNNEL_HEADER,
     LOW_SUPPORT_MARK,
     comparison_rows,
+    decision_answer,
     explain,
     fmt,
     fmt_ci,
@@ -99,7 +103,8 @@ def _matrix(comparison: pl.DataFrame, metric: str, group_by: str) -> dict[str, A
             css = [] if not marks or not r["delta"] else ["up" if r["delta"] > 0 else "down"]
             if r["low_support"]:
                 css.append("low")
-            line.append({"text": fmt_delta(r["delta"]) + (" *" if marks else ""),
+            suffix = (" *" if marks else "") + (f" {mark(r)}" if mark(r) else "")
+            line.append({"text": fmt_delta(r["delta"]) + suffix,
                          "title": f"CI {fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
                                   f"p (adj) {fmt_p(r['p_t_adj'])}",
                          "ci": fmt_ci(r["ci_low"], r["ci_high"], signed=True),
@@ -121,8 +126,8 @@ def _means(summary: pl.DataFrame, metrics: list[str]) -> dict[str, Any]:
                  if (r := mine.get(m)) is not None else "–" for m in metrics]
         rows.append({"arm": arm, "n": fmt(next(iter(mine.values()))["n"]) if mine else "–",
                      "cells": cells})
-    method = summary.get_column("ci_method").unique(maintain_order=True).to_list()
-    return {"metrics": metrics, "rows": rows, "method": ", ".join(method)}
+    return {"metrics": metrics, "rows": rows,
+            "method": mean_caption(overall).removeprefix("mean [95% CI]: ")}
 
 
 def _frame_rows(frame: pl.DataFrame) -> dict[str, Any]:
@@ -137,7 +142,11 @@ def _ablation(results: Results, primary: str | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"notes": list(results.ablation_notes), "chart": None,
                            "matrices": [], "comparison": None, "means": None, "arms": None,
                            "per_query": results.ablation_per_query,
-                           "side_effects": _side_effects(results, primary)}
+                           "side_effects": _side_effects(results, primary),
+                           "side_effect_methods": methods(results.side_effects.filter(
+                               pl.col("metric") == primary, pl.col("group_by") == "overall"))
+                           if results.side_effects is not None and primary is not None
+                           else []}
     metrics = _metrics(comparison, results.ablation_summary)
     if comparison is not None and comparison.height and primary is not None:
         out["chart"] = _data_uri(plots.ablation_chart(comparison, primary))
@@ -291,6 +300,7 @@ def _decision(results: Results, min_support: object) -> dict[str, Any] | None:
             "intent_rows": decision_cells(by_intent) if by_intent is not None else [],
             "intent_caption": exploratory_caption(by_intent, labels=labels)
             if by_intent is not None and by_intent.height else "",
+            "answer": decision_answer(results), "answer_heading": ANSWER_HEADING,
             "notes": list(notes.get("notes") or []),
             "recommended": [f"against {r['reference']}: Δ {fmt_delta(r['delta'])} "
                             f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)} ({r['note']})"
@@ -315,7 +325,7 @@ def _glance(results: Results, primary: str | None, view: StudyView) -> list[str]
             marks = significance(r["p_t_adj"])
             lines.append(f"Tuned weights on the test window: {primary} {fmt(r['mean_arm'])} "
                          f"against {fmt(r['mean_base'])} for off (MSPR disabled), delta "
-                         f"{fmt_delta(r['delta'])} (95% CI "
+                         f"{fmt_delta(r['delta'])} (CI "
                          f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}; "
                          + ("significant (adjusted p)" if marks else
                             f"no adjusted test below {ALPHA}") + f"; n = {fmt(r['n'])}).")
@@ -326,8 +336,11 @@ def _glance(results: Results, primary: str | None, view: StudyView) -> list[str]
         if overall.height:
             r = overall.sort(["delta", "arm"], descending=[True, False]).row(0, named=True)
             lines.append(f"Largest ablation gain overall: {r['arm']}, {primary} "
-                         f"{fmt_delta(r['delta'])} (95% CI "
-                         f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}).")
+                         f"{fmt_delta(r['delta'])} (CI "
+                         f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}"
+                         + (f" at {r['ci_level']:.2%}" if r.get("ci_level") else "")
+                         + (", confirmatory" if mark(r) == "C" else ", exploratory")
+                         + ").")
     if view.counts:
         total = sum(view.counts.values())
         lines.append(f"Weight search: {total:,} trials ("

@@ -21,16 +21,21 @@ from msprlab.experiments.bundle import (
     TEST_COMPARISON,
     TEST_FUNNEL,
 )
+from msprlab.experiments.decision.answer import HEADING as ANSWER_HEADING
+from msprlab.experiments.decision.detail import MARKS, mark
 from msprlab.experiments.decision.render import HEADER as DECISION_HEADER
 from msprlab.experiments.decision.render import caption as decision_caption
 from msprlab.experiments.decision.render import cells as decision_cells
 from msprlab.experiments.decision.render import exploratory_caption
+from msprlab.experiments.explore.overlap import P
+from msprlab.experiments.explore.questions import question_table, tally
 
 from ._format import (
     ALPHA,
     FUNNEL_HEADER,
     LOW_SUPPORT_MARK,
     comparison_rows,
+    decision_answer,
     explain,
     fmt,
     fmt_ci,
@@ -69,9 +74,27 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
 def _legend(comparison: pl.DataFrame, min_support: object) -> list[str]:
     floor = f"{min_support} " if min_support is not None else "the minimum support of "
     return [f"{LOW_SUPPORT_MARK}: fewer than {floor}queries with a relevant memory in the "
-            "group: read with care. Exploratory: significant = the row's adjusted p (one "
-            f"test per row, corrected within its breakdown) is below {ALPHA}.", "",
-            *(f"- {line}" for line in methods(comparison))]
+            f"group: read with care. {MARKS['confirmatory']} (beside p): a confirmatory row, "
+            f"with the decision table's figures; {MARKS['exploratory']}: a row of the "
+            "per-intent verdicts, with their figures; the other rows are exploratory, each "
+            "in its own family. Significant = the "
+            f"row's adjusted p (one test per row, corrected within its family) is below "
+            f"{ALPHA}.", "", *(f"- {line}" for line in methods(comparison))]
+
+
+def _explored(results: Results, a: str = "off", b: str = "tuned") -> list[str]:
+    """The explorer's counts for `b` against `a` (the report's question-by-question view):
+    improved, degraded and unchanged questions, and the mean overlap of the two top 10s."""
+    data = results.explore
+    if data is None or a not in data.values or b not in data.values:
+        return []
+    count = tally(question_table(data, a, b))
+    return [f"Question by question ({b} against {a}, {data.metric} per question): "
+            f"{count['improved']:,} improved, {count['degraded']:,} degraded, "
+            f"{count['unchanged']:,} unchanged ({count['no_relevant']:,} without a relevant "
+            f"memory, not counted); the two arms' top 10s overlap by a mean Jaccard@10 of "
+            f"{fmt(count['jaccard'], 3)} and a mean RBO (p = {P}) of {fmt(count['rbo'], 3)} "
+            "over the questions (the HTML report opens each one; `msprlab explain`).", ""]
 
 
 def _decision_section(results: Results, min_support: object) -> list[str]:
@@ -87,6 +110,10 @@ def _decision_section(results: Results, min_support: object) -> list[str]:
     out += _table(DECISION_HEADER, decision_cells(table),
                   right=[False, False, True, True, True, True, True, True, False, False])
     out += ["", decision_caption(table, min_support=support, labels=labels), ""]
+    lines = decision_answer(results)
+    if lines:
+        out += [f"**{ANSWER_HEADING[0].upper()}{ANSWER_HEADING[1:]}**", "",
+                *(f"- {line}" for line in lines), ""]
     notes = (results.decision_notes or {}).get("notes") or []
     out += [f"- recommended configuration ({SNIPPET}): {n}" for n in notes]
     for r in (results.decision_notes or {}).get("recommended") or []:
@@ -110,6 +137,7 @@ def _test_section(results: Results, metric: str, min_support: object) -> list[st
     if comparison is None:
         return [*out, f"Not in this bundle (no {TEST_COMPARISON}): the weight search "
                 "was not run (`msprlab ablate` writes no test window comparison).", ""]
+    out += _explored(results)
     header = ["group", "n", "off", "tuned", "Δ", "CI of Δ", "p (adj)", "significant"]
     for group_by, title in (("intent", "By intent label"),
                             ("question_type", "By question type")):
@@ -144,15 +172,16 @@ def _ablation_section(results: Results, metrics: list[str]) -> list[str]:
                 cells.append("–")
                 continue
             r = hit.row(0, named=True)
-            marks = significance(r["p_t_adj"])
+            marks = ", ".join(m for m in (significance(r["p_t_adj"]), mark(r)) if m)
             cells.append(f"{fmt_delta(r['delta'])} "
                          f"{fmt_ci(r['ci_low'], r['ci_high'], signed=True)}"
                          + (f" ({marks})" if marks else ""))
         rows.append(cells)
     n = overall.get_column("n").max() if overall.height else None
-    out += [f"Mean paired delta (arm − off) with its 95% CI, over {fmt(n)} test queries "
-            "with a relevant memory; (t) / (perm): adjusted p below "
-            f"{ALPHA}.", ""]
+    out += [f"Mean paired delta (arm − off) with its CI (at its family's level, paired with "
+            f"the adjusted p), over {fmt(n)} test queries with a relevant memory; (yes): "
+            f"adjusted p below {ALPHA}; {MARKS['confirmatory']}: a confirmatory row, with the "
+            "decision table's figures.", ""]
     out += _table(["arm", *metrics], rows, right=[False, *([True] * len(metrics))])
     out += ["", *(f"- {line}" for line in methods(comparison))]
     return [*out, *(f"- note: {n}" for n in results.ablation_notes), ""]
@@ -178,9 +207,10 @@ def _side_effects_section(results: Results, metric: str) -> list[str]:
            "`on-zero` minus `on-zero` with one recording block off: what recording that "
            "block does to the ranking when every new weight is 0.", ""]
     rows = [list(r.values()) for r in side_effect_rows(effects, metric)]
-    out += _table(["block", "unit", "n", "without it", "on-zero", "effect", "95% CI",
-                   "searches whose top 10 changed"], rows, right=[False, False, *([True] * 6)])
-    return [*out, ""]
+    out += _table(["block", "unit", "n", "without it", "on-zero", "effect", "CI", "p (adj)",
+                   "searches whose top 10 changed"], rows, right=[False, False, *([True] * 7)])
+    return [*out, "", *(f"- {line}" for line in methods(
+        effects.filter(pl.col("metric") == metric, pl.col("group_by") == "overall"))), ""]
 
 
 def _weights_section(results: Results) -> list[str]:

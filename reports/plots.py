@@ -123,7 +123,8 @@ def ablation_chart(comparison: pl.DataFrame, metric: str, alpha: float = 0.05) -
             ax.axvline(0.0, color="#333333", linewidth=0.8)
             ax.set_title(title, loc="left")
             ax.grid(axis="y", visible=False)
-        axes[-1].set_xlabel(f"{metric}: arm − off (mean paired delta per query, 95% CI)")
+        axes[-1].set_xlabel(f"{metric}: arm − off (mean paired delta per query, CI at its "
+                            "family's level)")
         unique: dict[str, Artist] = {}
         for ax in axes:
             for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):

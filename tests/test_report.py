@@ -77,7 +77,7 @@ def test_fixture_bundle_is_complete_and_small():
         "feedback", "success", "frequency"}
     size = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
     # 260 KB since the decision's verdicts (~30 KB) joined; keep the fixtures small.
-    assert size < 260_000, f"report fixtures hold {size:,} bytes; keep them under 260 KB"
+    assert size < 280_000, f"report fixtures hold {size:,} bytes; keep them under 280 KB"
 
 
 def test_not_a_bundle_names_the_files_looked_for(tmp_path: Path):
@@ -185,7 +185,11 @@ def test_markdown_holds_headline_tables_and_provenance():
     for needle in ("### By intent label", "### By question type",
                    "## Ablation: change against off, overall (per query)",
                    "| EXPLORATORY † | 2 |",            # below the minimum support of 10
-                   "Bonferroni over the 2 tested rows by intent of ndcg@10",  # the method
+                   "Bonferroni within each family",  # the method, said once per table
+                   "m = ndcg@10: 1 (by question_type), 2 (by seen)",  # its sizes (intent: V rows)
+                   "| +0.1167 | [+0.0869, +0.1466] | <0.001 V |",  # a per-intent verdict's row
+                   "| +0.1148 | [+0.0998, +0.1298] | <0.001 C |",  # a confirmatory row
+                   "- Turn MSPR on with the tuned weights: +0.1148 ndcg@10 per query over off",
                    "## Side effects at zero weight (ndcg@10)",
                    "| feedback | per query | 40 |",
                    "## Stage funnel (per query, test window)",
@@ -209,7 +213,7 @@ def test_html_is_self_contained_with_png_images(fixture_html: str):
     for needle in ("1. Test window", "2. Ablation ladder", "3. Weight search",
                    "4. Recommended weights", "5. Isolation audit", "6. Provenance",
                    "&#34;beta_bm25&#34;: 0.62",
-                   "Bonferroni over the 2 tested rows by intent of ndcg@10",
+                   "Bonferroni within each family", "6 (by intent)", "&lt;0.001 C", "&lt;0.001 V",
                    '<th colspan="4">strict</th>',
                    "PED-ANOVA (optuna.importance)", "best trial (41)",
                    "Side effects at zero weight (ndcg@10)", "searches whose top 10 changed",

@@ -11,7 +11,13 @@ import pytest
 from polars.testing import assert_frame_equal
 from scipy import stats as scipy_stats
 
-from msprlab.experiments.measures.stats import adjust_pvalues, aggregate, holm, noninferior
+from msprlab.experiments.measures.stats import (
+    adjust_pvalues,
+    aggregate,
+    holm,
+    mc_error,
+    noninferior,
+)
 
 pytestmark = pytest.mark.filterwarnings("error")  # degenerate cells must not warn
 
@@ -38,7 +44,7 @@ def test_aggregate_counts_means_and_cis() -> None:
     table = aggregate(values, metric_cols=METRICS, n_resamples=500, min_support=20)
     assert table.columns == ["group_by", "group", "metric", "unit", "n", "n_queries",
                              "n_no_relevant", "mean", "ci_low", "ci_high", "confidence",
-                             "low_support", "ci_method"]
+                             "low_support", "ci_method", "ci_mc_error"]
     overall = table.filter(group_by="overall", metric="ndcg@10").row(0, named=True)
     ndcg = values["ndcg@10"].to_numpy()
     assert overall["n"] == np.count_nonzero(~np.isnan(ndcg))
@@ -66,6 +72,33 @@ def test_aggregate_ci_is_close_to_the_normal_interval() -> None:
     half = 1.96 * x.std(ddof=1) / math.sqrt(x.size)
     assert row["ci_low"] == pytest.approx(x.mean() - half, abs=0.15 * half)
     assert row["ci_high"] == pytest.approx(x.mean() + half, abs=0.15 * half)
+
+
+@pytest.mark.parametrize("unit", ["query", "search"])
+def test_the_monte_carlo_error_is_the_spread_of_the_bounds_over_streams(unit: str) -> None:
+    # The bounds of one data set's CI, bootstrapped again and again with other seeds, spread
+    # by about the error each run estimates from its own draws.
+    values = one_search_per_query(3, n=150)
+    values = pl.concat([values, values.head(60)])  # 60 queries asked twice (per search)
+    runs = [aggregate(values, metric_cols=["ndcg@10"], group_cols=(), unit=unit,
+                      n_resamples=1000, seed=seed).row(0, named=True) for seed in range(60)]
+    spread = max(np.std([r["ci_low"] for r in runs]), np.std([r["ci_high"] for r in runs]))
+    estimate = np.mean([r["ci_mc_error"] for r in runs])
+    assert 0.75 * spread < estimate < 1.5 * spread
+    # Ten times the draws: about a third of the error.
+    many = aggregate(values, metric_cols=["ndcg@10"], group_cols=(), unit=unit,
+                     n_resamples=10_000, seed=0).row(0, named=True)
+    assert 0.2 * estimate < many["ci_mc_error"] < 0.5 * estimate
+    assert "10,000 resamples" in many["ci_method"]
+
+
+def test_mc_error_of_a_known_distribution() -> None:
+    # Normal draws: the q-quantile's standard error is sqrt(q (1 - q) / B) / phi(z_q).
+    draws = np.random.default_rng(0).standard_normal(200_000)
+    q = 0.025
+    expected = math.sqrt(q * (1 - q) / draws.size) / scipy_stats.norm.pdf(scipy_stats.norm.ppf(q))
+    assert mc_error(draws, 0.95) == pytest.approx(expected, rel=0.1)
+    assert math.isnan(mc_error(np.array([1.0]), 0.95))
 
 
 def test_aggregate_is_deterministic_per_seed_and_per_cell() -> None:

@@ -11,7 +11,8 @@ import polars as pl
 from rich import box
 from rich.table import Table
 
-__all__ = ["HEADER", "caption", "cells", "console_table", "exploratory_caption"]
+__all__ = ["HEADER", "caption", "cells", "console_table", "exploratory_caption",
+           "guardrail_names", "why"]
 
 HEADER = ("candidate", "reference", "n", "reference mean", "candidate mean", "Δ [CI]",
           "p (adj)", "MDE", "verdict", "why")
@@ -29,16 +30,29 @@ def _p(value: float | None) -> str:
     return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
-def _why(row: Mapping[str, object]) -> str:
-    """The failed guardrail where one decided, else the reason's first clause."""
+def guardrail_names(names: object) -> str:
+    """Guardrail names ("question_type=multi-hop; question_type=single-hop") with each
+    column said once ("question_type=multi-hop, single-hop")."""
+    by: dict[str, list[str]] = {}
+    for name in str(names).split("; "):
+        column, _, value = name.partition("=")
+        by.setdefault(column, []).append(value)
+    return "; ".join(f"{c}={', '.join(v)}" if all(v) else c for c, v in by.items())
+
+
+def why(row: Mapping[str, object]) -> str:
+    """The failed or unresolved guardrail where one decided, else the reason's first
+    clause, short (the MDE column says what an inconclusive row could detect)."""
     reason = str(row["reason"])
     if row["verdict"] == "inconclusive":
         if row.get("unresolved_guardrail"):
-            return f"guardrail unresolved: {row['unresolved_guardrail']}"
-        return f"detectable: |Δ| >= {_num(row['mde'])}"  # type: ignore[arg-type]
+            return f"guardrail unresolved: {guardrail_names(row['unresolved_guardrail'])}"
+        return "neither significant nor equivalent"
     if row["failed_guardrail"] and reason.startswith("guardrail failed"):
-        return f"guardrail failed: {row['failed_guardrail']}"
-    return reason.split(" (")[0]
+        return f"guardrail failed: {guardrail_names(row['failed_guardrail'])}"
+    if reason.startswith("identical"):
+        return "identical on every query"
+    return reason.split(" (")[0].replace("+-", "±")
 
 
 def cells(frame: pl.DataFrame) -> list[list[str]]:
@@ -52,7 +66,7 @@ def cells(frame: pl.DataFrame) -> list[list[str]]:
               if r["ci_low"] is not None and not math.isnan(r["ci_low"]) else "")
         out.append([name, r["reference"], f"{r['n']:,}", _num(r["mean_reference"]),
                     _num(r["mean_candidate"]), delta + ci, _p(r["p_adj"]), _num(r["mde"]),
-                    r["verdict"], _why(r)])
+                    r["verdict"], why(r)])
     return out
 
 
@@ -88,30 +102,65 @@ def caption(frame: pl.DataFrame, *, min_support: int, labels: str) -> str:
 
 
 def exploratory_caption(frame: pl.DataFrame, *, labels: str) -> str:
-    """The per-group verdict table's caption: exploratory, corrected within itself."""
+    """The per-group verdict table's caption: exploratory, corrected within itself (the
+    detail tables' rows that ask one of its questions show its figures, marked V)."""
     if not frame.height:
         return "no group with enough queries"
     metric, unit, m = _labelled(frame)
     r = frame.row(0, named=True)
-    return (f"EXPLORATORY ({r['family']}): the same rule per group, no guardrails, "
-            f"Bonferroni over its own {m} tested row(s) (t-interval at {r['ci_level']:.2%}); "
-            f"not part of the confirmatory family, read as a lead, not a decision. {metric}, "
-            f"per {unit}; labels: {labels}.")
+    return (f"The same rule per group, no guardrails, Bonferroni over these {m} tested "
+            f"row(s) (t-interval at {r['ci_level']:.2%}): a lead, not a decision. {metric}, "
+            f"per {unit}; labels: {labels}. The detail tables' intent rows that compare the "
+            "same arms show these figures, marked V.")
 
 
 _COLOURS = {"ship": "green", "don't ship": "red", "no effect": "cyan",
             "inconclusive": "yellow", "not tested": "dim"}
 
 
+# A verdict's reason when the rule's caption already says it (the console leaves it out).
+_IMPLIED = {"ship": "significant improvement", "don't ship": "significant harm",
+            "inconclusive": "neither significant nor equivalent"}
+_NOTE_MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
+
+
+def _implied(row: Mapping[str, object], why: str) -> bool:
+    return why == _IMPLIED.get(str(row["verdict"])) or (
+        row["verdict"] == "no effect" and why.startswith("equivalent within"))
+
+
 def console_table(frame: pl.DataFrame, *, title: str, caption_text: str) -> Table:
-    """The verdict table for the console (rich), verdicts coloured."""
+    """The verdict table for the console (rich), verdicts coloured, narrow enough for a
+    terminal of 100 columns: the figures of `cells` without the two means (the ladder shows
+    them), n in the title when every row has the same, a group row's group in a column of
+    its own, and a verdict's reason only where the rule does not imply it (a guardrail,
+    identical rankings), as a numbered note above the caption."""
+    rows = list(frame.iter_rows(named=True))
+    texts = cells(frame)
+    same_n = len({t[2] for t in texts}) == 1
+    grouped = any(r["group_by"] != "overall" for r in rows)
+    if rows and same_n:
+        title = f"{title}; n = {texts[0][2]} {_unit_plural(frame)} in every row"
+    notes: dict[str, str] = {}
+    for r, t in zip(rows, texts, strict=True):
+        if not _implied(r, t[9]):
+            notes.setdefault(t[9], _NOTE_MARKS[len(notes) % len(_NOTE_MARKS)])
+    caption_lines = [f"{mark} {why}" for why, mark in notes.items()]
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD,
-                  caption=caption_text, caption_justify="left")
-    for column in HEADER:
-        table.add_column(column, justify="left" if column in (
-            "candidate", "reference", "verdict", "why") else "right", no_wrap=column != "why")
-    for row in cells(frame):
-        colour = _COLOURS.get(row[8], "")
-        row[8] = f"[{colour}]{row[8]}[/{colour}]" if colour else row[8]
-        table.add_row(*row)
+                  caption="\n".join([*caption_lines, caption_text]), caption_justify="left")
+    header = ["candidate", *(["group"] if grouped else []), "against",
+              *([] if same_n else ["n"]), "Δ [CI]", "p (adj)", "MDE", "verdict"]
+    for column in header:
+        table.add_column(column, no_wrap=True, justify="left" if column in (
+            "candidate", "group", "against", "verdict") else "right")
+    for r, t in zip(rows, texts, strict=True):
+        colour = _COLOURS.get(t[8], "")
+        verdict = f"[{colour}]{t[8]}[/{colour}]" if colour else t[8]
+        table.add_row(str(r["candidate"]), *([str(r["group"])] if grouped else []), t[1],
+                      *([] if same_n else [t[2]]), t[5], t[6], t[7],
+                      verdict + notes.get(t[9], ""))
     return table
+
+
+def _unit_plural(frame: pl.DataFrame) -> str:
+    return "queries" if frame.height and frame["unit"][0] == "query" else "searches"

@@ -34,14 +34,15 @@ These rows are exploratory (the confirmatory family is `experiments.decision`'s)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import polars as pl
 
-from ..decision.inference import interval, paired_estimate, two_sided_p
+from ..decision.inference import Estimate, interval, paired_estimate, two_sided_p
 from .stats import (
     GROUPS,
     Unit,
@@ -54,12 +55,27 @@ from .stats import (
     adjust_pvalues,
 )
 
-__all__ = ["CORRECTIONS", "T_TESTS", "compare"]
+__all__ = ["CORRECTIONS", "FAMILY_KEYS", "SCHEMA", "T_TESTS", "compare", "families",
+           "families_caption"]
 
 CORRECTIONS = ("bonferroni", "holm", "bh")
 T_TESTS = {"query": "paired t-test on query means (scipy.stats.ttest_rel), two-sided",
            "search": "cluster-robust t-test of the per-search mean (CR1, queries as clusters, "
                      "df = n_queries - 1), two-sided"}
+
+
+# A family: one breakdown (metric, overall or one group column) of one comparison (the
+# reference and unit a `compare` call makes; columns the callers add).
+FAMILY_KEYS = ("reference", "unit", "metric", "group_by")
+SCHEMA = {
+    "arm": pl.String, "group_by": pl.String, "group": pl.String, "metric": pl.String,
+    "unit": pl.String, "n": pl.Int64, "n_queries": pl.Int64, "n_no_relevant": pl.Int64,
+    "mean_base": pl.Float64, "mean_arm": pl.Float64, "delta": pl.Float64,
+    "ci_low": pl.Float64, "ci_high": pl.Float64, "ci_level": pl.Float64,
+    "p_t": pl.Float64, "p_t_adj": pl.Float64, "family_size": pl.Int64,
+    "low_support": pl.Boolean, "tested": pl.Boolean, "correction": pl.String,
+    "se": pl.Float64, "df": pl.Int64, "confirmatory": pl.Boolean, "mark": pl.String,
+}
 
 
 @dataclass(frozen=True)
@@ -162,6 +178,76 @@ def _label(correction: str, group_by: str, metric: str, m: int, alpha: float,
             "adjusted (it does not pair with the adjusted p)")
 
 
+_LABEL = re.compile(r"^exploratory: (?P<name>.+?) over the (?P<m>\d+) tested (?:overall rows|rows "
+                    r"by \S+) of \S+ \((?P<cond>[^)]*)\); CI: (?P<ci>.*)$")
+
+
+def _family_namer(rows: pl.DataFrame) -> Callable[[Mapping[str, object]], str]:
+    """A family's name in a caption: what sets it apart from the table's other families
+    (its metric, reference, unit and breakdown, each where the table's rows have several)."""
+    varies = {c: c in rows.columns and rows.get_column(c).n_unique() > 1
+              for c in ("reference", "unit")}
+
+    def name(r: Mapping[str, object]) -> str:
+        parts = [f"against {r['reference']}"] if varies["reference"] else []
+        parts += [f"per {r['unit']}"] if varies["unit"] else []
+        if r["group_by"] != "overall" or not parts:
+            parts.append("overall" if r["group_by"] == "overall" else f"by {r['group_by']}")
+        return ", ".join(parts)
+    return name
+
+
+def families_caption(rows: pl.DataFrame,
+                     name: Callable[[Mapping[str, object]], str] | None = None) -> str:
+    """What the families of `rows` (comparison rows of one table) are, said once: the rows
+    with a verdict table's figures (marked C or V, `decision.detail`) and the exploratory
+    families' method,
+    condition, interval and sizes (m per family, named by `name(row)`; default: the
+    breakdown, and the reference and unit where the rows have several)."""
+    if not rows.height:
+        return ""
+    parts = []
+    marked = (rows.get_column("confirmatory").fill_null(False) if "confirmatory" in rows.columns
+              else pl.Series([False] * rows.height))
+    decided, exploratory = rows.filter(marked), rows.filter(~marked)
+    marks = (decided.get_column("mark").fill_null("C") if "mark" in decided.columns
+             else pl.Series(["C"] * decided.height))
+    for letter, what in (("C", "the decision table's (confirmatory"),
+                         ("V", "the per-intent verdicts' (exploratory")):
+        mine = decided.filter(marks.replace("", "C") == letter)
+        if not mine.height:
+            continue
+        r = mine.row(0, named=True)
+        swapped = any("the other way round" in c for c in mine["correction"])
+        parts.append(
+            f"{letter}: {what}, Bonferroni over {r['family_size']} rows, CI at "
+            f"{r['ci_level']:.2%}) figures for the same question, outside the other families"
+            + (" (read negated where the arms are swapped)" if swapped else ""))
+    if not exploratory.height:
+        return "; ".join(parts)
+    labels = exploratory.get_column("correction").unique(maintain_order=True).to_list()
+    parsed = [_LABEL.match(label) for label in labels]
+    if not all(parsed):  # a bundle written before these labels: each as it is
+        return "; ".join([*parts, *labels])
+    named = name or _family_namer(rows)
+    sizes: dict[str, dict[str, int]] = {  # metric -> family -> m, metrics in the rows' order
+        m: {} for m in rows.get_column("metric").unique(maintain_order=True).to_list()}
+    for r in exploratory.iter_rows(named=True):
+        if r["family_size"]:  # (a family with no tested row tests nothing)
+            sizes.setdefault(r["metric"], {}).setdefault(named(r), r["family_size"])
+    first = parsed[0]
+    assert first is not None
+    methods = sorted({match["name"] for match in parsed if match is not None})
+    ci = re.sub(r"/\d+", "/m", first["ci"])
+    several = sum(bool(families) for families in sizes.values()) > 1
+    listed = "; ".join((f"{metric}: " if several else "") + ", ".join(
+        f"{m} ({family})" for family, m in families.items())
+        for metric, families in sizes.items() if families)
+    parts.append(f"exploratory: {' / '.join(methods)} within each family, over its rows "
+                 f"tested ({first['cond']}); CI: {ci}; m = {listed}")
+    return "; ".join(parts)
+
+
 def compare(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], *,
             metric_cols: Sequence[str], group_cols: Sequence[str] = GROUPS,
             key: str = "search", unit: Unit = "query", cluster: str | None = "query_id",
@@ -201,39 +287,56 @@ def compare(base: pl.DataFrame, arms: Mapping[str, pl.DataFrame], *,
                        group_cols, tested_metrics, min_support)
     cells = [cell for *_, part in groups for cell in part]
     estimates = [_estimate(cell, unit) for cell in cells]
-    tested = [cell.tested and e.testable for cell, e in zip(cells, estimates, strict=True)]
-    # One family per breakdown: (metric, overall or one group column).
-    family: dict[tuple[str, str], list[int]] = {}
-    for i, cell in enumerate(cells):
-        if tested[i]:
-            family.setdefault((cell.metric, cell.group_by), []).append(i)
-    p = np.array([two_sided_p(e) if t else math.nan
-                  for e, t in zip(estimates, tested, strict=True)])
-    p_adj = np.full(p.size, math.nan)
-    for rows in family.values():
-        p_adj[rows] = (np.minimum(1.0, len(rows) * p[rows]) if correction == "bonferroni"
-                       else adjust_pvalues(p[rows], correction))
     out = []
-    for i, (cell, e) in enumerate(zip(cells, estimates, strict=True)):
-        m = len(family.get((cell.metric, cell.group_by), ()))
-        level = 1 - alpha / m if correction == "bonferroni" and m else 1 - alpha
-        low, high = interval(e, level)
+    for cell, e in zip(cells, estimates, strict=True):
         base_mean, arm_mean = ((float(v.mean()) if unit == "query"
                                 else float(v.sum() / cell.weights.sum())) if v.size
                                else math.nan for v in (cell.base, cell.arm))
         out.append((cell.arm_name, cell.group_by, cell.group, cell.metric, unit,
                     int(cell.rows.size if unit == "query" else cell.weights.sum()),
                     int(cell.rows.size), cell.n_no_relevant, base_mean, arm_mean,
-                    e.delta if e.n_queries else math.nan, low, high, level,
+                    e.delta if e.n_queries else math.nan, math.nan, math.nan, math.nan,
                     float(two_sided_p(e)) if cell.metric in tested_metrics else math.nan,
-                    float(p_adj[i]), m, cell.rows.size < min_support, tested[i],
-                    _label(correction, cell.group_by, cell.metric, m, alpha, min_support)))
-    return pl.DataFrame(out, orient="row", schema={
-        "arm": pl.String, "group_by": pl.String, "group": pl.String, "metric": pl.String,
-        "unit": pl.String, "n": pl.Int64, "n_queries": pl.Int64, "n_no_relevant": pl.Int64,
-        "mean_base": pl.Float64, "mean_arm": pl.Float64, "delta": pl.Float64,
-        "ci_low": pl.Float64, "ci_high": pl.Float64, "ci_level": pl.Float64,
-        "p_t": pl.Float64, "p_t_adj": pl.Float64, "family_size": pl.Int64,
-        "low_support": pl.Boolean, "tested": pl.Boolean, "correction": pl.String,
-    }).with_columns(ci_method=pl.lit(f"t-interval ({T_TESTS[unit]})"),
-                    t_test=pl.lit(T_TESTS[unit]))
+                    math.nan, 0, cell.rows.size < min_support, cell.tested and e.testable,
+                    "", e.se, e.df, False, ""))
+    frame = pl.DataFrame(out, orient="row", schema=SCHEMA)
+    return families(frame, alpha=alpha, correction=correction, min_support=min_support
+                    ).with_columns(ci_method=pl.lit(f"t-interval ({T_TESTS[unit]})"),
+                                   t_test=pl.lit(T_TESTS[unit]))
+
+
+def families(frame: pl.DataFrame, *, alpha: float, correction: str, min_support: int,
+             by: Sequence[str] = FAMILY_KEYS) -> pl.DataFrame:
+    """The exploratory families of a comparison frame (`compare`'s columns), formed again:
+    within each group of the `by` columns present (one breakdown of one comparison), the
+    rows `tested` and not `confirmatory`; each row's adjusted p, family size, interval level
+    and interval (from its delta, se and df) and correction label follow its family's size.
+    Confirmatory rows (the decision table's, `decision.detail`) keep their figures."""
+    keys = [k for k in by if k in frame.columns]
+    rows = frame.to_dicts()
+    members: dict[tuple[object, ...], list[int]] = {}
+    for i, r in enumerate(rows):
+        if not r["confirmatory"]:
+            members.setdefault(tuple(r[k] for k in keys), [])
+            if r["tested"]:
+                members[tuple(r[k] for k in keys)].append(i)
+    for family in members.values():
+        if family:
+            p = np.array([rows[i]["p_t"] for i in family], dtype=np.float64)
+            adjusted = (np.minimum(1.0, len(family) * p) if correction == "bonferroni"
+                        else adjust_pvalues(p, correction))  # type: ignore[arg-type]
+            for i, value in zip(family, adjusted, strict=True):
+                rows[i]["p_t_adj"] = float(value)
+    for i, r in enumerate(rows):
+        if r["confirmatory"]:
+            continue
+        m = len(members[tuple(r[k] for k in keys)])
+        level = 1 - alpha / m if correction == "bonferroni" and m else 1 - alpha
+        estimate = Estimate(r["delta"], r["se"], r["df"], r["n"], r["n_queries"])
+        low, high = interval(estimate, level)
+        rows[i] |= {"ci_low": low, "ci_high": high, "ci_level": level, "family_size": m,
+                    "correction": _label(correction, r["group_by"], r["metric"], m, alpha,
+                                         min_support)}
+        if not r["tested"]:
+            rows[i]["p_t_adj"] = math.nan
+    return pl.DataFrame(rows, schema=frame.schema, orient="row") if rows else frame
