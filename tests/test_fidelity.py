@@ -24,7 +24,7 @@ from msprlab.experiments.fidelity.candidates import (
     setting_changes,
 )
 from msprlab.experiments.fidelity.production import production_of
-from msprlab.experiments.fidelity.stage import fidelity_stage, stop_message
+from msprlab.experiments.fidelity.stage import DECAY_NODES_NOTE, fidelity_stage, stop_message
 from msprlab.experiments.stages.replay_tables import replay_tables
 
 WORLD = Path(__file__).parent / "fixtures" / "contextkit_world"
@@ -98,6 +98,11 @@ def test_decay_on_is_found_out_and_decay_off_named(world_store, tmp_path):
     assert fid.differing == {"context_graph.decay.enabled": (True, False)}
     message = stop_message(fid, Path("ck.toml"))
     assert "context_graph.decay.enabled = false (the definition: true)" in message
+    # decay's unlogged reads are noted, but the stop names a setting: the note stays out
+    assert DECAY_NODES_NOTE in fid.notes and "last read" not in message
+    # where no setting comes closer (production ran decay), the stop says why nodes fail
+    alone = replace(fid, candidates=fid.candidates[:1], differing={})
+    assert f"Also, {DECAY_NODES_NOTE}." in stop_message(alone, Path("ck.toml"))
     # the figures of each configuration are cached beside the store: a second check reads them
     again = fidelity_of(definition(tmp_path, world_store), world_store)
     assert again.figures == fid.figures and again.differing == fid.differing
@@ -241,5 +246,27 @@ def test_the_check_on_a_set_of_worlds(world_store, tmp_path, capsys):
     assert found["matched"]["passed"] and found["matched"]["nodes"] == 1.0
     assert not found["mismatched"]["passed"]
     assert found["mismatched"]["named"] == {"context_graph.decay.enabled": [True, False]}
+    assert found["mismatched"]["true"] == found["mismatched"]["named"]
+    assert found["mismatched"]["named_against_true"] == "1 of 1 true"
     assert not found["projected"]["passed"] and "in_top" in found["projected"]["failing"]
+    assert found["projected"]["true"] == {} and found["projected"]["named"] == {}
+    # the shipped definition with the projection fallback: decay is still found out
+    both = found["mismatched-projected"]
+    assert not both["passed"] and both["named_against_true"] == "1 of 1 true"
     assert "stops (exit 2)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("named", "true", "expected"), [
+    ({}, {}, "none to name"),
+    ({"a.b.c": [1, 2]}, {}, "named without a difference"),
+    ({"x.decay.half_life_days": [30.0, 58.9]}, {"x.decay.half_life_days": [30.0, 60.0]},
+     "1 of 1 true"),
+    ({"x.decay.half_life_days": [30.0, 40.0]}, {"x.decay.half_life_days": [30.0, 60.0]},
+     "0 of 1 true; wrong half_life_days"),
+    ({"x.decay.enabled": [True, False]},
+     {"x.decay.enabled": [True, False], "x.r.epsilon_frequency": [0.0, 0.05]},
+     "1 of 2 true; missed epsilon_frequency"),
+])
+def test_named_settings_are_compared_with_the_true_differences(named, true, expected):
+    from msprlab.experiments.fidelity.on_worlds import named_against_true
+    assert named_against_true(named, true) == expected
