@@ -237,16 +237,19 @@ def queries_needed(estimate: Estimate, effect: float, alpha: float, power: float
         crit = float(stats.t.ppf(1 - alpha / 2, n - 1))
         return _power(d * math.sqrt(n), n - 1, crit) - power  # type: ignore[arg-type]
 
-    # The normal approximation; beyond 10^5 queries the t-test is the z-test to 1e-5.
+    # The normal approximation brackets the root; beyond 10^9 queries it is the figure (a
+    # planning figure that large says "not at this effect size" either way).
     ratio = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / d
     if ratio > 1e100:  # an effect this small needs more queries than a float says
         return math.inf
     normal = ratio**2
-    if normal > 1e5:
+    if normal > 1e9:
         return float(normal)
-    low, high = 2.0, max(4.0, 2 * normal + 10)
-    if gap(low) >= 0:  # two queries already (a paired t-test needs two)
-        return low
+    if gap(2.0) >= 0:  # two queries already (a paired t-test needs two)
+        return 2.0
+    low, high = max(2.0, normal / 2), max(4.0, 2 * normal + 10)
+    while low > 2.0 and gap(low) > 0:
+        low = max(2.0, low / 2)
     while gap(high) < 0:
         low, high = high, high * 2
     return float(optimize.brentq(gap, low, high, xtol=1e-9))
