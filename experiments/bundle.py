@@ -73,6 +73,14 @@ EXPLORE_LOST = "explore/lost.parquet"  # relevant memories outside an arm's top 
 EXPLORE_SEARCHES = "explore/searches.parquet"  # the test searches: question, text, labels
 EXPLORE_WEIGHTS = "explore/weights.parquet"  # the weights each arm scored each search with
 EXPLORE_MEMORIES = "explore/memories.parquet"  # the texts of the memories shown or lost
+COUNTERFACTUAL_CURVE = "counterfactual/position_bias.parquet"  # verdict labels: the
+#   examination per rank with its CI (`experiments.counterfactual`)
+COUNTERFACTUAL_PLOT = "counterfactual/position_bias.png"
+COUNTERFACTUAL_ESTIMATES = "counterfactual/estimates.parquet"  # per arm: snips and ips
+#   nDCG@k, CI, never-shown share, bound, scored
+COUNTERFACTUAL_CHANGES = "counterfactual/changes.parquet"  # per arm against off and on-zero
+COUNTERFACTUAL_PER_QUERY = "counterfactual/per_query.parquet"  # per arm and question
+COUNTERFACTUAL_LOGGED = "counterfactual/logged.json"  # settings, the logged lists' coverage
 SNIPPET = "best_weights.contextkit.json"  # pastes into Memory.from_config
 # The configuration search (`tune.settings`): its study, and the chosen configuration once
 # on the test window beside off, on-zero and the weights-only tuned weights.
@@ -136,6 +144,9 @@ class Bundle:
 
     def text(self, text: str, relative: str) -> None:
         self._path(relative).write_text(text, encoding="utf-8")
+
+    def bytes(self, data: bytes, relative: str) -> None:
+        self._path(relative).write_bytes(data)
 
     def finish(self, started: float) -> None:
         """Stamp the provenance with the finish time and the duration."""

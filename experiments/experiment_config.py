@@ -229,6 +229,21 @@ class FidelitySection:
 
 
 @dataclass(frozen=True)
+class CounterfactualSection:
+    """Verdict labels: the position bias of the log, estimated, and each arm's IPS and SNIPS
+    nDCG@k against it (`experiments/counterfactual`)."""
+
+    enabled: bool = True
+    # the estimate the verdict-labelled decision reads: IPS, which the validation on
+    # generated worlds supports best (README, "Position bias and counterfactual estimates")
+    estimator: str = one_of("ips", ("snips", "ips"))
+    clip: float = ranged(0.05, 0, 1, low_open=True)  # propensities below it are raised to it
+    resamples: int = ranged(200, low=1)  # bootstrap over questions, the click model refitted
+    # never-shown share of an arm's top k above which it is bounded, not scored
+    max_unshown: float = ranged(0.1, 0, 1)
+
+
+@dataclass(frozen=True)
 class TuneSection:
     trials: int = ranged(300, low=1)
     sampler: str = one_of("tpe", SAMPLERS)
@@ -278,6 +293,7 @@ class ExperimentConfig:
     raw: Mapping[str, Any] = field(repr=False)
     decision: DecisionSettings = field(default_factory=DecisionSettings)
     fidelity: FidelitySection = field(default_factory=FidelitySection)
+    counterfactual: CounterfactualSection = field(default_factory=CounterfactualSection)
 
     def digest(self) -> str:
         """sha256 of the definition as parsed (the config hash every result carries)."""
@@ -632,6 +648,7 @@ SECTIONS: tuple[tuple[str, type | None, Validator | None], ...] = (
     ("tracking", TrackingSection, None),
     ("decision", DecisionSettings, _check_decision),
     ("fidelity", FidelitySection, None),
+    ("counterfactual", CounterfactualSection, None),
 )
 _TOP = (*(f.name for f in fields(TopSection)), *(name for name, _, _ in SECTIONS if name))
 
@@ -661,4 +678,4 @@ def _parse(raw: dict[str, Any], path: Path) -> ExperimentConfig:
         engine_dict=raw.get("engine", {}), replay=parsed["replay"], metrics=parsed["metrics"],
         ablation=parsed["ablation"], references=parsed["references"], tune=parsed["tune"],
         tracking=parsed["tracking"], raw=raw, decision=parsed["decision"],
-        fidelity=parsed["fidelity"])
+        fidelity=parsed["fidelity"], counterfactual=parsed["counterfactual"])

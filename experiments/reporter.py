@@ -253,9 +253,10 @@ class Reporter:
         parent run with its figures as `decision/CANDIDATE/...` metrics."""
         s, labels = decision.settings, prepared.labels.source
         table = decision.confirmatory
+        metric = table["metric"][0] if table.height else s.metric  # ips ndcg@10 on verdicts
         self.decided.append(decision)
         self.console.print(console_table(
-            table, title=f"decision, test window: a verdict per candidate ({s.metric}, per "
+            table, title=f"decision, test window: a verdict per candidate ({metric}, per "
                          f"{s.unit}, confirmatory); labels: {labels}",
             caption_text=caption(table, min_support=self.cfg.metrics.min_support,
                                  labels=labels)))
@@ -676,6 +677,13 @@ class Reporter:
                                   f"recovery/planted/{metric_key(metric)}":
                                       result["planted_value"],
                                   f"recovery/tuned/{metric_key(metric)}": result["tuned_value"]})
+
+    # ---- counterfactual (verdict labels) -------------------------------------------------
+    def counterfactual(self, prepared: Prepared, result: Any) -> None:
+        """The position bias of the verdict log and each arm's IPS and SNIPS nDCG@k
+        (`experiments.counterfactual`): printed, bundled, logged to MLflow."""
+        from .counterfactual.report import publish
+        publish(self.console, self.bundle, self.tracker, prepared.labels.shown, result)
 
     def _judged(self, prepared: Prepared) -> str | None:
         """The judged@K metric shown beside every arm when the labels are verdicts."""

@@ -27,8 +27,8 @@ from matplotlib.collections import LineCollection
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-__all__ = ["DPI", "STYLE", "ablation_chart", "funnel_chart", "history_chart",
-           "importance_chart", "parallel_chart"]
+__all__ = ["DPI", "STYLE", "ablation_chart", "examination_chart", "funnel_chart",
+           "history_chart", "importance_chart", "parallel_chart"]
 
 DPI = 100
 STYLE: dict[str, object] = {
@@ -321,4 +321,42 @@ def parallel_chart(trials: pl.DataFrame, params: Sequence[str], objective: str, 
         scale = "their searched range" if ranges else "the values tried"
         ax.set_title(f"weights of {len(done):,} complete trials, coloured by {objective} "
                      f"(axes scaled to {scale})", loc="left")
+        return _png(figure)
+
+
+def examination_chart(curves: pl.DataFrame, title: str) -> bytes:
+    """The examination probability per rank estimated from verdicts, one panel per
+    `label`: the estimate with its CI as a band and, where the frame has a non-null
+    `truth`, the true curve dashed. Columns: label, rank, examination, ci_low, ci_high
+    and optionally truth."""
+    labels = curves.get_column("label").unique(maintain_order=True).to_list()
+    if not labels:
+        raise ValueError("examination_chart: no curve to draw")
+    columns = min(3, len(labels))
+    rows = -(-len(labels) // columns)
+    with _styled():
+        figure = _figure(max(5.0, 3.0 * columns + 0.4), 2.4 * rows + 0.8)
+        axes = figure.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
+        for ax, label in zip(axes.ravel(), labels, strict=False):
+            part = curves.filter(pl.col("label") == label).sort("rank")
+            rank = part.get_column("rank").to_numpy()
+            ax.fill_between(rank, part.get_column("ci_low").to_numpy(),
+                            part.get_column("ci_high").to_numpy(), color=_ARM_COLOURS[0],
+                            alpha=0.25, linewidth=0, label="95% CI")
+            ax.plot(rank, part.get_column("examination").to_numpy(), marker="o",
+                    markersize=3, color=_ARM_COLOURS[0], label="estimated")
+            if "truth" in part.columns and part.get_column("truth").null_count() == 0:
+                ax.plot(rank, part.get_column("truth").to_numpy(), linestyle="--",
+                        color=_ARM_COLOURS[3], label="generator's")
+            ax.set_title(str(label), loc="left")
+            ax.set_ylim(0.0, 1.05)
+            ax.set_xticks(rank)
+        for ax in axes.ravel()[len(labels):]:
+            ax.set_visible(False)
+        for ax in axes[-1]:
+            ax.set_xlabel("rank")
+        for ax in axes[:, 0]:
+            ax.set_ylabel("P(examined) / P(rank 1)")
+        axes.ravel()[0].legend(loc="upper right", frameon=False, fontsize=8)
+        figure.suptitle(title, fontsize=9, wrap=True)
         return _png(figure)

@@ -84,6 +84,27 @@ def test_tune_searches_the_settings_and_score_reproduces_the_best_trials(
     assert weights["reaching"] == {}  # the experiment's own settings
 
 
+@pytest.mark.slow
+def test_cost_beside_the_metric_makes_a_pareto_front_whose_best_on_the_metric_is_chosen(
+        tmp_path: Path, capsys: Any) -> None:
+    path = definition(tmp_path, SETTINGS.replace(
+        "config_trials = 10", 'config_trials = 10\nobjectives = ["ndcg@10", "cost"]'))
+    assert main(["tune", str(path), "--root", str(tmp_path), "--no-track"]) == 0
+    bundle = next((tmp_path / "results").glob("small-config-tune-*"))
+    summary = json.loads((bundle / CONFIG_SUMMARY).read_text())
+    assert summary["pareto"] and summary["objectives"] == ["ndcg@10", "cost"]
+    trials = pl.read_parquet(bundle / CONFIG_TRIALS)
+    assert (trials["cost"] == trials["cost_ms"]).all() and (trials["cost"] > 0).all()
+    front = [(r["ndcg@10"], r["cost"]) for r in trials.iter_rows(named=True)
+             if not any(o["ndcg@10"] >= r["ndcg@10"] and o["cost"] <= r["cost"]
+                        and (o["ndcg@10"], o["cost"]) != (r["ndcg@10"], r["cost"])
+                        for o in trials.iter_rows(named=True))]
+    chosen = summary["chosen"]["values"]
+    assert (chosen["ndcg@10"], chosen["cost"]) in front
+    assert chosen["ndcg@10"] == max(v for v, _ in front)
+    assert len(summary["best_settings"]) >= len(set(front))  # the front's trials (ties too)
+
+
 @pytest.mark.parametrize("extra, message", [
     ('\n[tune.settings]\n"context_graph.retrieval.expansion_depth" = [1, 9]\n',
      "expansion_depth must be in [0, 4], got 5"),

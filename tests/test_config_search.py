@@ -69,6 +69,34 @@ def test_rounds_share_a_state_in_one_walk_and_search_each_points_weights() -> No
     assert set(result.trials.columns) >= set(config.settings.keys)
 
 
+def test_only_a_new_point_gets_trials_queued_to_search_its_weights() -> None:
+    result, _, _ = run(40)
+    trials = result.study.get_trials(deepcopy=False)
+    sources = {t.user_attrs[POINT_ATTR] for t in trials if POINT_ATTR in t.user_attrs}
+    table = {t.number: t.user_attrs["msprlab_table"] for t in trials}
+    assert sources
+    for number in sources:  # no earlier trial scored the source's table
+        assert table[number] not in {table[n] for n in range(number)}
+    assert len({table[n] for n in sources}) == len(sources)  # each point's trials queued once
+    again = [t for t in trials if POINT_ATTR not in t.user_attrs and t.number not in sources
+             and table[t.number] in {table[n] for n in sources if n < t.number}]
+    assert again  # the sampler came back to a known point: it got no queued trials
+
+
+def test_the_trials_frame_holds_the_settings_as_the_points_took_them() -> None:
+    result, config, _ = run(16)
+    frame = result.trials
+    trials = {t.number: t for t in result.study.get_trials(deepcopy=False)}
+    for row in frame.iter_rows(named=True):
+        trial = trials[row["number"]]
+        assert row["table"] == trial.user_attrs["msprlab_table"]
+        assert row["cost_ms"] == trial.user_attrs[COST_ATTR] > 0
+        values = {k: row[k] for k in config.settings.keys}
+        assert config.source.key(config.point(values))[:16] == row["table"]
+        floats = [v for v in values.values() if isinstance(v, float)]
+        assert all(v == float(f"{v:.12g}") for v in floats)  # on the grid, not ulps off it
+
+
 def test_a_configuration_study_is_repeatable_for_a_seed(tmp_path: Any) -> None:
     first, _, _ = run(12, storage=tmp_path / "a.journal")
     second, _, _ = run(12, storage=tmp_path / "b.journal")

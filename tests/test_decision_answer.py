@@ -3,6 +3,7 @@ verdict rows' (as the table prints it), and each verdict reads as its rule says.
 
 from __future__ import annotations
 
+import math
 import re
 
 import polars as pl
@@ -34,6 +35,8 @@ def figures(frame: pl.DataFrame) -> set[str]:
         for name in ("delta", "ci_low", "ci_high", "mde"):
             if r[name] == r[name]:
                 out |= {f"{r[name]:+.4f}", f"{r[name]:.4f}"}
+        if math.isfinite(r["queries_needed"]):
+            out.add(f"{math.ceil(r['queries_needed']):,}")
         out |= {f"{r['ci_level']:.2%}", f"{r['p_adj']:.3f}", "0.001",
                 f"{r['equivalence_margin']:g}", f"{r['noninferiority_margin']:g}"}
     return out
@@ -41,7 +44,7 @@ def figures(frame: pl.DataFrame) -> set[str]:
 
 def numbers(line: str) -> list[str]:
     line = line.replace("ndcg@10", "").replace("best_weights.contextkit.json", "")
-    return re.findall(r"[+-]?\d+(?:\.\d+)?%?", line)
+    return [n.rstrip(",") for n in re.findall(r"[+-]?\d[\d,]*(?:\.\d+)?%?", line)]
 
 
 def test_every_figure_of_the_answer_is_a_verdict_rows() -> None:
@@ -71,6 +74,7 @@ def test_every_figure_of_the_answer_is_a_verdict_rows() -> None:
     assert "personal: no effect (equivalent within ±0.01)" in text
     assert "hurt: success (+0.0300, guardrail intent=FACTUAL failed)" in text
     assert "all (+0.0046; this n detects only |Δ| >= " in text
+    assert re.search(r"a true effect of this size about [\d,]+ queries\)", text)
     assert "guardrails question_type=multi-hop, single-hop unresolved" in text  # on-zero
     assert text.endswith("with frequency not recorded (its verdict; the weights were "
                          "searched with it recorded: see the notes below).")

@@ -23,6 +23,7 @@ from msprlab.experiments.decision import (
     mde,
     noninferiority_p,
     paired_estimate,
+    queries_needed,
     tost_p,
     two_sided_p,
 )
@@ -80,6 +81,39 @@ def test_mde_equals_statsmodels_ttestpower(values: tuple[np.ndarray, np.ndarray]
     effect = abs(float(np.ravel(effect)[0]))
     if abs(sm_power.TTestPower().power(effect, n, alpha) - power) < 1e-6:
         assert got == pytest.approx(effect * d.std(ddof=1), rel=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(paired_values(low=20), st.floats(0.002, 0.2), st.floats(0.5, 0.95))
+def test_queries_needed_equals_statsmodels_ttestpower(values: tuple[np.ndarray, np.ndarray],
+                                                      alpha: float, power: float) -> None:
+    candidate, reference = values
+    d = candidate - reference
+    estimate = paired_estimate(candidate, reference)
+    assume(estimate.testable and abs(estimate.delta) > 1e-3 * d.std(ddof=1))
+    got = queries_needed(estimate, estimate.delta, alpha, power)
+    effect = abs(estimate.delta) / d.std(ddof=1)  # Cohen's d of the observed delta
+    reached = sm_power.TTestPower().power(effect, got, alpha)
+    assume(math.isfinite(reached))  # statsmodels' power is NaN where SciPy's tail underflows
+    if got == 2:  # two queries already detect it (fewer cannot be tested)
+        assert reached >= power - 1e-9
+        return
+    # Ours solves TTestPower's power equation in n to rounding:
+    assert reached == pytest.approx(power, abs=1e-7)
+    expected = sm_power.TTestPower().solve_power(effect_size=effect, alpha=alpha,
+                                                 power=power)
+    expected = float(np.ravel(expected)[0])
+    if abs(sm_power.TTestPower().power(effect, expected, alpha) - power) < 1e-6:
+        assert got == pytest.approx(expected, rel=1e-4)
+    # The row's own n detects its own MDE: at that effect, n queries are needed.
+    at_mde = queries_needed(estimate, mde(estimate, alpha, power), alpha, power)
+    assert at_mde == pytest.approx(estimate.n_queries, rel=1e-6)
+
+
+def test_queries_needed_is_nan_without_a_test_or_an_effect() -> None:
+    e = paired_estimate(np.array([0.1, 0.2, 0.4]), np.array([0.0, 0.1, 0.1]))
+    assert math.isnan(queries_needed(e, 0.0, 0.05, 0.8))
+    assert math.isnan(queries_needed(paired_estimate(np.ones(3), np.zeros(3)), 0.1, 0.05, 0.8))
 
 
 @settings(max_examples=100, deadline=None)

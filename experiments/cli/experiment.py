@@ -38,7 +38,7 @@ from ..arms import ExperimentArms, experiment_arms
 from ..bundle import Bundle
 from ..experiment_config import ExperimentConfig, load_experiment, shipped_experiments
 from ..fidelity.stage import fidelity_stage, with_fidelity
-from ..measures.scoring import Arm
+from ..measures.scoring import Arm, arm_of
 from ..recovery import planted_recovery
 from ..reporter import Reporter
 from ..stages.ablate import ablation_stage
@@ -48,7 +48,7 @@ from ..stages.held_out import held_out_stage
 from ..stages.isolation import isolation_stage
 from ..stages.prepare import prepare_store
 from ..stages.reference_rankers import bm25_sanity, reference_stage
-from ..stages.replay_tables import Prepared, replay_tables
+from ..stages.replay_tables import VERDICT_LABELS, Prepared, replay_tables
 from ..stages.weight_search import plan_search, search_weights
 from ..tracking import Tracker
 
@@ -129,6 +129,22 @@ def _tune(out: Reporter, cfg: ExperimentConfig, prepared: Prepared, arms: Experi
     return _Measured(report, dict(held.frames), tuned.snippet, tuned.best)
 
 
+def _counterfactual(cfg: ExperimentConfig, prepared: Prepared, arms: ExperimentArms,
+                    best: Arm | None, progress: Any) -> Any:
+    """Verdict labels: the position bias of the log and each arm's IPS and SNIPS nDCG@10
+    on the test window (`experiments.counterfactual`); None otherwise."""
+    if prepared.labels.source != VERDICT_LABELS or not cfg.counterfactual.enabled:
+        return None
+    from ..counterfactual.stage import PRODUCTION, counterfactual_stage, settings_of
+    scored = {name: arm_of(name, config) for name, config in
+              {**arms.ladder, **arms.effects}.items()}
+    if best is not None:
+        scored[PRODUCTION] = replace(best, name=PRODUCTION)
+    return counterfactual_stage(prepared, cfg.engine, scored,
+                                settings_of(cfg.counterfactual, cfg.seed),
+                                raw_metric=cfg.metrics.primary, progress=progress)
+
+
 @dataclass(frozen=True)
 class _Measured:
     """A part of the experiment, measured: what reports it, and its per-search frames on
@@ -165,14 +181,20 @@ def _command(args: argparse.Namespace, which: str) -> int:
                     else None
                 frames = {**(tuned.frames if tuned else {}),
                           **(ablated.frames if ablated else {})}
+                estimates = _counterfactual(cfg, prepared, arms,
+                                            tuned.best if tuned else None, progress) \
+                    if ablated is not None else None
                 decision = decision_stage(cfg, prepared, frames,
                                           snippet=tuned.snippet if tuned else None,
-                                          best=tuned.best if tuned else None)
+                                          best=tuned.best if tuned else None,
+                                          counterfactual=estimates)
                 out.decision(prepared, decision)
                 if ablated is not None:
                     ablated.report()
                 if tuned is not None:
                     tuned.report(decision.snippet)
+                if estimates is not None:
+                    out.counterfactual(prepared, estimates)
                 out.finish(started)
     except (*USER_ERRORS, FileNotFoundError) as exc:
         if out is not None:

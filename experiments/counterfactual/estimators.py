@@ -61,7 +61,7 @@ import polars as pl
 
 from .click_model import ClickLog, PBMFit, fit_pbm
 from .offpolicy import importance_weights
-from .position_bias import ExaminationCurve
+from .position_bias import RESAMPLE_ITERATIONS, ExaminationCurve
 
 __all__ = ["ESTIMATORS", "RANKINGS", "ArmRankings", "Counterfactual", "counterfactual",
            "labels", "per_question"]
@@ -246,7 +246,8 @@ class Counterfactual:
     estimates : arm, estimator, n_questions, mean, ci_low, ci_high, unshown, bound,
         scored (False: bounded, its share of never-shown memories exceeds max_unshown).
     changes : arm, reference, estimator, n_questions, delta, ci_low, ci_high (paired
-        per question; the percentile interval of the resamples).
+        per question; the percentile interval of the resamples), se (the resamples'
+        standard deviation), identical (every per-question difference is 0).
     """
 
     questions: pl.DataFrame
@@ -282,22 +283,25 @@ def counterfactual(window: ClickLog, curve: ExaminationCurve, rankings: ArmRanki
                   for e in ESTIMATORS}
     for b, (row, refit) in enumerate(zip(weights, curve.bootstrap.fits, strict=True)):
         window_fit = fit_pbm(window, truncated=truncated, question_weights=row, start=fit,
-                             examination=refit.examination)
+                             examination=refit.examination,
+                             max_iterations=RESAMPLE_ITERATIONS)
         values = _values(layout, *_labels(window, window_fit, clip, row)[::2])
         for e in ESTIMATORS:
             replicates[e][b] = values[e]
     tail = (1.0 - curve.confidence) / 2.0
 
-    def interval(draws: FloatArray) -> tuple[float, float]:
-        """Percentile interval of the resamples' weighted means over their questions."""
+    def interval(draws: FloatArray) -> tuple[float, float, float]:
+        """Percentile interval of the resamples' weighted means over their questions, and
+        their standard deviation (the bootstrap standard error)."""
         finite = ~np.isnan(draws)
         total = np.where(finite, weights, 0.0).sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             means = np.where(finite, weights * np.nan_to_num(draws), 0.0).sum(axis=1) / total
         means = means[np.isfinite(means)]
-        if means.size == 0:
-            return math.nan, math.nan
-        return float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail))
+        if means.size < 2:
+            return math.nan, math.nan, math.nan
+        return (float(np.quantile(means, tail)), float(np.quantile(means, 1.0 - tail)),
+                float(means.std(ddof=1)))
 
     def mean(values: FloatArray) -> float:
         finite = ~np.isnan(values)
@@ -307,7 +311,7 @@ def counterfactual(window: ClickLog, curve: ExaminationCurve, rankings: ArmRanki
     arms = layout.arms
     for e in ESTIMATORS:
         for a, arm in enumerate(arms):
-            low, high = interval(replicates[e][:, a])
+            low, high, _ = interval(replicates[e][:, a])
             scored = ~np.isnan(point[e][a])
             share = mean(point["unshown"][a])
             estimates.append({
@@ -321,11 +325,13 @@ def counterfactual(window: ClickLog, curve: ExaminationCurve, rankings: ArmRanki
                 if a == r:
                     continue
                 delta = point[e][a] - point[e][r]
-                low, high = interval(replicates[e][:, a] - replicates[e][:, r])
+                low, high, se = interval(replicates[e][:, a] - replicates[e][:, r])
+                finite = delta[~np.isnan(delta)]
                 changes.append({
                     "arm": arm, "reference": reference, "estimator": e,
-                    "n_questions": int((~np.isnan(delta)).sum()), "delta": mean(delta),
-                    "ci_low": low, "ci_high": high})
+                    "n_questions": int(finite.size), "delta": mean(delta),
+                    "ci_low": low, "ci_high": high, "se": se,
+                    "identical": bool(finite.size > 0 and np.all(finite == 0.0))})
     return Counterfactual(_frame(layout, point, window.questions), pl.DataFrame(estimates),
                           pl.DataFrame(changes), clip, k, curve.confidence,
                           weights.shape[0], max_unshown)

@@ -31,6 +31,7 @@ from .inference import (
     mde,
     noninferiority_p,
     paired_estimate,
+    queries_needed,
     tost_p,
     two_sided_p,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "noninferiority_p",
     "paired_estimate",
     "paired_queries",
+    "queries_needed",
     "tost_p",
     "two_sided_p",
 ]

@@ -11,6 +11,7 @@ matter (each weight's arm against on-zero), and what the recommended configurati
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Mapping, Sequence
 
@@ -50,6 +51,15 @@ def _groups(r: Row, state: str) -> str:
     return f"guardrail{plural} " + guardrail_names(names).replace("; ", " and ")
 
 
+def _needed(r: Row) -> str:
+    """How many queries a true effect of the observed size would need (the row's
+    `queries_needed`, a planning figure), where the row has it."""
+    needed = r.get("queries_needed")
+    if not isinstance(needed, float) or not math.isfinite(needed):
+        return ""
+    return f", a true effect of this size about {math.ceil(needed):,} queries"
+
+
 def _state(r: Row) -> str:
     """A row's figures and verdict, short: what the answer says in parentheses."""
     verdict, delta = r["verdict"], _f(r["delta"], True)
@@ -66,7 +76,7 @@ def _state(r: Row) -> str:
             significant = r["tested"] and r["p_adj"] < r["alpha"]  # type: ignore[operator]
             return (f"{delta}{', significant' if significant else ''}, but "
                     f"{_groups(r, 'unresolved')} unresolved")
-        return f"{delta}; this n detects only |Δ| >= {_f(r['mde'])}"
+        return f"{delta}; this n detects only |Δ| >= {_f(r['mde'])}" + _needed(r)
     return f"not tested: {why(r)}"
 
 
@@ -156,7 +166,8 @@ def console_lines(frame: pl.DataFrame, *, notes: Sequence[str] = (), snippet: st
     verdict rows, so not part of the answer, each labelled with what it is)."""
     lines = answer(frame, snippet=snippet)
     out = [f"[bold]{escape(HEADING)}[/bold]"] if lines else []
-    out += [escape(textwrap.fill(line, WIDTH, initial_indent="  ", subsequent_indent="    "))
+    out += [escape(textwrap.fill(line, WIDTH, initial_indent="  ", subsequent_indent="    ",
+                                 break_on_hyphens=False))
             for line in lines]
     out += [f"[yellow]note ({snippet or 'recommended configuration'}):[/yellow] {escape(n)}"
             for n in notes]

@@ -18,7 +18,7 @@ per group of one column (the per-intent verdicts), a family of its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -54,6 +54,10 @@ class Judged:
 
     metric: str
     ratio: float
+
+
+# Replaces a family's candidates (one per comparison, in order) before the rule decides.
+Adjust = Callable[[list["Comparison"], list[Candidate]], list[Candidate]]
 
 
 def family_pairs(arms: Sequence[str], *, reference: str = "off") -> list[Comparison]:
@@ -96,13 +100,18 @@ def candidate_of(comparison: Comparison, frames: Mapping[str, pl.DataFrame],
 
 
 def confirmatory(frames: Mapping[str, pl.DataFrame], settings: DecisionSettings, *,
-                 metric: str, min_support: int, judged: Judged | None = None
-                 ) -> pl.DataFrame:
+                 metric: str, min_support: int, judged: Judged | None = None,
+                 adjust: Adjust | None = None, label: str | None = None) -> pl.DataFrame:
     """The confirmatory verdict table of the arms in `frames` (arm -> per-search frame on
-    one window): `rule.decide` over `family_pairs`."""
+    one window): `rule.decide` over `family_pairs`. `adjust` may replace the candidates'
+    estimates and add guardrails before the rule (verdict labels: the counterfactual
+    estimate, `counterfactual.decision`); `label` names the metric the rows then read."""
     pairs = family_pairs(list(frames), reference=settings.reference)
-    return decide([candidate_of(c, frames, settings, metric=metric, min_support=min_support,
-                                judged=judged) for c in pairs], settings, metric=metric)
+    candidates = [candidate_of(c, frames, settings, metric=metric, min_support=min_support,
+                               judged=judged) for c in pairs]
+    if adjust is not None:
+        candidates = adjust(pairs, candidates)
+    return decide(candidates, settings, metric=label or metric)
 
 
 def by_group(frames: Mapping[str, pl.DataFrame], settings: DecisionSettings, *,

@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike
 from scipy import optimize, stats
 
 __all__ = ["Estimate", "interval", "lower_bound", "mde", "noninferiority_p", "paired_estimate",
+           "queries_needed",
            "tost_p", "two_sided_p"]
 
 Unit = Literal["query", "search"]
@@ -216,3 +217,39 @@ def mde(estimate: Estimate, alpha: float, power: float) -> float:
     nc = optimize.brentq(lambda x: _power(x, df, crit) - power, 0.0, high, xtol=1e-12,
                          rtol=4 * np.finfo(np.float64).eps)
     return float(nc) * estimate.se
+
+
+def queries_needed(estimate: Estimate, effect: float, alpha: float, power: float) -> float:
+    """How many queries the two-sided test at `alpha` would need to detect a true |delta| of
+    `effect` with probability `power`, at this row's spread per query (se times the square
+    root of its queries; df = queries - 1): a planning figure, as statsmodels'
+    `TTestPower().solve_power(effect_size=effect / sd, alpha=alpha, power=power)` gives it
+    (a real number, at least 2; round it up; inf for an effect vanishingly small against
+    the spread). NaN where the row cannot be tested or `effect` is 0."""
+    if not (0 < alpha < 1 and alpha < power < 1):
+        raise ValueError(f"`0 < alpha < power < 1` must hold, but got alpha {alpha} and "
+                         f"power {power}")
+    if not estimate.testable or not math.isfinite(effect) or effect == 0:
+        return math.nan
+    d = abs(effect) / (estimate.se * math.sqrt(estimate.n_queries))
+
+    def gap(n: float) -> float:
+        crit = float(stats.t.ppf(1 - alpha / 2, n - 1))
+        return _power(d * math.sqrt(n), n - 1, crit) - power  # type: ignore[arg-type]
+
+    # The normal approximation brackets the root; beyond 10^9 queries it is the figure (a
+    # planning figure that large says "not at this effect size" either way).
+    ratio = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / d
+    if ratio > 1e100:  # an effect this small needs more queries than a float says
+        return math.inf
+    normal = ratio**2
+    if normal > 1e9:
+        return float(normal)
+    if gap(2.0) >= 0:  # two queries already (a paired t-test needs two)
+        return 2.0
+    low, high = max(2.0, normal / 2), max(4.0, 2 * normal + 10)
+    while low > 2.0 and gap(low) > 0:
+        low = max(2.0, low / 2)
+    while gap(high) < 0:
+        low, high = high, high * 2
+    return float(optimize.brentq(gap, low, high, xtol=1e-9))

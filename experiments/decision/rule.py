@@ -24,7 +24,9 @@ Statsig rolls out, discusses, or does not roll out):
    margin), and every guardrail holds;
 5. **inconclusive**: none of these: no significant difference and no equivalence (the
    minimum detectable effect, two-sided at alpha / m and the configured power at this
-   row's n, says how large an effect this data could see), or a guardrail unresolved
+   row's n, says how large an effect this data could see; `queries_needed`, how many
+   queries would detect a true effect of the observed size: a planning figure), or a
+   guardrail unresolved
    (a group neither shown non-inferior nor shown inferior: too few queries to rule out a
    loss of the margin; it is named).
 
@@ -47,7 +49,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from .inference import Estimate, interval, mde, tost_p, two_sided_p
+from .inference import Estimate, interval, mde, queries_needed, tost_p, two_sided_p
 from .settings import DecisionSettings
 
 __all__ = ["COLUMNS", "GUARDRAIL_STATES", "SCHEMA", "VERDICTS", "Candidate", "Guardrail", "decide"]
@@ -101,7 +103,8 @@ SCHEMA = {
     "ci_high": pl.Float64, "ci_level": pl.Float64, "p": pl.Float64, "p_adj": pl.Float64,
     "family_size": pl.Int64, "tested": pl.Boolean, "alpha": pl.Float64,
     "equivalence_margin": pl.Float64, "p_tost_adj": pl.Float64,
-    "noninferiority_margin": pl.Float64, "mde": pl.Float64, "power": pl.Float64,
+    "noninferiority_margin": pl.Float64, "mde": pl.Float64, "queries_needed": pl.Float64,
+    "power": pl.Float64,
     "verdict": pl.String, "reason": pl.String, "failed_guardrail": pl.String,
     "unresolved_guardrail": pl.String,
     "guardrails": pl.String, "correction": pl.String, "test": pl.String,
@@ -164,7 +167,8 @@ def decide(candidates: Sequence[Candidate], settings: DecisionSettings, *, metri
            family: str = "confirmatory") -> pl.DataFrame:
     """One row per candidate (columns `COLUMNS`): its delta with the Bonferroni-paired CI,
     raw and adjusted p, the family size, the equivalence test, the minimum detectable
-    effect, and the verdict with its reason and any failed guardrail.
+    effect and the queries that would detect the observed |delta| (both at alpha / m and
+    the configured power), and the verdict with its reason and any failed guardrail.
 
     >>> from msprlab.experiments.decision import Estimate, DecisionSettings
     >>> rows = decide([Candidate("tuned", "off", Estimate(0.09, 0.015, 297, 298, 298))],
@@ -190,7 +194,9 @@ def decide(candidates: Sequence[Candidate], settings: DecisionSettings, *, metri
         rows.append((family, c.name, c.reference, c.group_by, c.group, metric, e.unit, e.n,
                      e.n_queries, c.mean_reference, c.mean_candidate, e.delta, low, high,
                      level, p, p_adj, m, e.testable, alpha, settings.equivalence_margin,
-                     tost_adj, settings.noninferiority_margin, min_effect, settings.power,
+                     tost_adj, settings.noninferiority_margin, min_effect,
+                     queries_needed(e, e.delta, alpha / m if m else alpha, settings.power),
+                     settings.power,
                      verdict, reason, failed or None,
                      "; ".join(g.name for g in c.guardrails if g.state == "unresolved")
                      or None,

@@ -89,15 +89,26 @@ def _score_recommended(cfg: ExperimentConfig, prepared: Prepared, frames: Mappin
 
 def decision_stage(cfg: ExperimentConfig, prepared: Prepared,
                    frames: Mapping[str, pl.DataFrame], *, snippet: dict[str, Any] | None = None,
-                   best: Arm | None = None) -> Decision:
+                   best: Arm | None = None, counterfactual: Any = None) -> Decision:
     """The verdicts of the candidates `frames` (arm -> per-search frame on the test window)
-    hold, and the recommended configuration (from the tuned `snippet`, when there is one)."""
+    hold, and the recommended configuration (from the tuned `snippet`, when there is one).
+    With verdict labels and a `counterfactual` result the confirmatory rows read its
+    estimate (`counterfactual.decision`)."""
     settings = cfg.decision
     judged = None
     if prepared.labels.source == VERDICT_LABELS and (name := judged_metric(cfg.metrics.names)):
         judged = Judged(name, cfg.metrics.min_judged_ratio)
     kwargs = {"metric": settings.metric, "min_support": cfg.metrics.min_support}
-    table = confirmatory(frames, settings, judged=judged, **kwargs)
+    adjust, label = None, None
+    if counterfactual is not None and prepared.labels.source == VERDICT_LABELS:
+        from ..counterfactual.decision import with_counterfactual
+        estimator = cfg.counterfactual.estimator
+
+        def adjust(pairs: Any, candidates: Any) -> Any:
+            return with_counterfactual(pairs, candidates, counterfactual,
+                                       estimator=estimator, fidelity=prepared.fidelity)
+        label = f"{estimator} {settings.metric}"
+    table = confirmatory(frames, settings, judged=judged, adjust=adjust, label=label, **kwargs)
     intents = by_group(frames, settings, group_by="intent", **kwargs)
     if snippet is None:
         return Decision(settings, table, intents, None)

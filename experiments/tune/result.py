@@ -14,7 +14,8 @@ from optuna.trial import FrozenTrial, TrialState
 from msprlab.engine.batch import WEIGHTS
 
 from ..measures.scoring import Arm
-from .attrs import BASELINE_ATTR, FINISHED, SAMPLER_ATTR
+from ..variants.space import setting_value
+from .attrs import BASELINE_ATTR, COST_ATTR, FINISHED, SAMPLER_ATTR, TABLE_ATTR
 from .space import Objective, weights_of
 
 # PED-ANOVA contrasts the top 10% of completed trials with all of them; Optuna advises at
@@ -37,6 +38,8 @@ class TrialRecord:
     baseline: bool
     sampler: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # a configuration search's
+    table: str | None = None      # its point's table (cache key, 16 characters)
+    cost_ms: float | None = None  # that table's engine time per search (ms)
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,14 @@ def record(trial: FrozenTrial, base: Arm, settings: tuple[str, ...] = ()) -> Tri
         seconds=trial.duration.total_seconds() if trial.duration is not None else None,
         baseline=bool(trial.user_attrs.get(BASELINE_ATTR, False)),
         sampler=trial.user_attrs.get(SAMPLER_ATTR),
-        settings={key: trial.params.get(key) for key in settings})
+        settings=settings_of(trial, settings),
+        table=trial.user_attrs.get(TABLE_ATTR), cost_ms=trial.user_attrs.get(COST_ATTR))
+
+
+def settings_of(trial: FrozenTrial, settings: tuple[str, ...]) -> dict[str, Any]:
+    """A configuration trial's searched settings, as its point took them (None: the trial
+    failed before suggesting it)."""
+    return {key: setting_value(key, trial.params.get(key)) for key in settings}
 
 
 def _frame(records: list[TrialRecord], objectives: tuple[Objective, ...],
@@ -117,6 +127,9 @@ def _frame(records: list[TrialRecord], objectives: tuple[Objective, ...],
         frame = frame.with_columns(pl.DataFrame(
             {key: [r.settings.get(key) for r in records] for key in settings},
             schema={key: _dtype(key) for key in settings}))
+        frame = frame.with_columns(
+            pl.Series("table", [r.table for r in records], dtype=pl.String),
+            pl.Series("cost_ms", [r.cost_ms for r in records], dtype=pl.Float64))
     return frame
 
 
@@ -175,5 +188,5 @@ def study_result(study: optuna.Study, spec: str, base: Arm,
                       best_values=tuple(tuple(float(v) for v in t.values) for t in front),
                       trials=_frame(records, objectives, settings), importance=importance,
                       notes=tuple(notes + more),
-                      best_settings=tuple({k: t.params[k] for k in settings} for t in front),
+                      best_settings=tuple(settings_of(t, settings) for t in front),
                       settings=settings)

@@ -13,8 +13,9 @@ A round is one of:
 - queued trials: the trials waiting in the study when the round starts (the baseline,
   the trials queued to search a new point's weights, `POINT_ATTR`, retries of killed
   trials), asked together, their points known.
-After a state group is scored, each of its points gets `trials_per_point - 1` trials
-queued with all its settings fixed, so later rounds search its weights on its table.
+After a state group is scored, each of its new points (no earlier trial's table is its
+table) gets `trials_per_point - 1` trials queued with all its settings fixed, so later
+rounds search its weights on its table.
 
 The study's rules hold as with `study.optimize`: on a journal this call runs `n_trials`
 trials; on a database every trial is reserved (`database.SharedRDB`: a process finding
@@ -45,6 +46,7 @@ from .attrs import (
     LEAD_ATTR,
     POINT_ATTR,
     SAMPLER_ATTR,
+    TABLE_ATTR,
     WARM_ATTR,
     WORKER_ATTR,
     counted_trials,
@@ -194,11 +196,22 @@ def _tell(study: optuna.Study, trial: optuna.Trial, values: Any) -> FrozenTrial 
 
 def _queue_points(study: optuna.Study, objective: ConfigTrialFunction,
                   scored: list[tuple[optuna.Trial, dict[str, Any]]], room: int) -> None:
-    """Queue `trials_per_point - 1` trials for each point of a state group (in its order),
-    within `room` trials; with a weights-only study's start and one objective, the first
-    takes the weights of the study's best trial so far (`configuration`'s docstring)."""
+    """Queue `trials_per_point - 1` trials for each new point of a state group (in its
+    order), within `room` trials; with a weights-only study's start and one objective, the
+    first takes the weights of the study's best trial so far (`configuration`'s docstring).
+    A point is new when no earlier trial's table is its table: a point the sampler comes
+    back to already had its queued trials, and the sampler's own trial there searches its
+    weights further (queuing again would spend the study's trials on points it knows)."""
     best = _best_weights(study, objective)
+    numbers = {trial.number for trial, _ in scored}
+    seen = {t.user_attrs.get(TABLE_ATTR) for t in study.get_trials(deepcopy=False)
+            if t.number not in numbers and t.state != TrialState.FAIL}
+    source = objective.search.source
     for trial, values in scored:
+        key = source.key(objective.search.point(values))[:16]
+        if key in seen:
+            continue
+        seen.add(key)
         for k in range(objective.search.trials_per_point - 1):
             if room <= 0:
                 return

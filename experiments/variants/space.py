@@ -34,7 +34,7 @@ from ..errors import ExperimentError
 from .settings import LIMIT, SETTINGS, value_of, with_values
 from .tables import Point
 
-__all__ = ["SettingRange", "SettingsSpace", "parse_settings"]
+__all__ = ["SettingRange", "SettingsSpace", "parse_settings", "setting_value"]
 
 _ALGORITHM = "context_graph.retrieval.algorithm"
 
@@ -81,6 +81,12 @@ def _grid(value: float) -> float:
     """A grid value rounded to 12 significant digits: low + i * step lands a few ulps off
     the decimal the definition meant (0.1 + 2 * 0.05), and the table key must not care."""
     return float(f"{value:.12g}")
+
+
+def setting_value(key: str, value: Any) -> Any:
+    """A searched setting's value as its point takes it: a float on its grid (a trial's
+    parameter, as Optuna stores it, may be a few ulps off: 0.15000000000000002)."""
+    return _grid(value) if SETTINGS[key].kind is float and value is not None else value
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,21 @@ its shipped table (the baseline trial's) replayed into the store's cache.
 
 The search: `locomo-config`'s settings (expansion depth, candidates, edge floor, BFS or
 PPR, the feedback boost and penalty deltas) with the six weights, `--trials` trials (100)
-of TPE (the definition's seed), `points_per_state` 4 and `trials_per_point` 5, a journal
-in a fresh temporary folder, and a fresh replay cache, so every table a trial needs is
-built during the search. Printed: the trials, the distinct configuration points (tables)
-they visited, the walks over the timeline that built them (how many, how many variants
-each, how many shared one), and the search's wall and CPU seconds; the target is 100
-trials visiting at least 20 points in at most 10 minutes on this machine.
+of TPE (the definition's seed, `points_per_state` and `trials_per_point`; no weights-only
+study runs first, so no trial starts from its weights), a journal in a fresh temporary
+folder, and a fresh replay cache, so every table a trial needs is built during the search.
+Printed: the trials, the distinct configuration points (tables) they visited, the walks
+over the timeline that built them (how many, how many variants each, how many shared one),
+and the search's wall and CPU seconds; the target is 100 trials visiting at least 20
+points in at most 10 minutes on this machine.
 
 Beside it, one full replay each: every distinct point replayed alone (`replay`, wall and
 CPU seconds, measured here in the same process after the search), and the time the trials
 would take if each replayed its point alone: the sum over the trials of their point's
-replay, plus the search's own time outside its walks (sampling, scoring, the journal).
-The machine is shared: the load average is printed before and after, and the ratios of
-times measured side by side in one run are what to read.
+replay, plus the search's own time outside its walks (sampling, scoring, the journal);
+and the same in CPU seconds. The machine is shared: the load average is printed before
+and after, and the ratios of times measured side by side in one run are what to read (the
+CPU one most: the load moves wall time more).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from msprlab.experiments.tune import Objective, tune
     from msprlab.experiments.tune.attrs import TABLE_ATTR
     from msprlab.experiments.tune.configuration import ConfigSearch
+    from msprlab.experiments.tune.result import settings_of
     from msprlab.experiments.variants.space import parse_settings
 
     print(f"load average before: {os.getloadavg()}", flush=True)
@@ -104,8 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.no_solo:
             return 0
         print("\none full replay per point, alone (each of the distinct points):", flush=True)
-        keys = {tables.key(search.point({k: t.params[k] for k in settings.keys}))[:16]:
-                search.point({k: t.params[k] for k in settings.keys}) for t in trials}
+        keys = {t.user_attrs[TABLE_ATTR]: search.point(settings_of(t, tuple(settings.keys)))
+                for t in trials}
         solo: dict[str, tuple[float, float]] = {}
         policy = policy_of(cfg)
         for i, (key, point) in enumerate(keys.items()):
@@ -121,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nthe same {len(trials)} trials with one full replay each: {each_wall:.1f} s "
               f"wall ({each_cpu:.1f} s CPU in replays): {each_wall / wall:.1f}x the search's "
               f"{wall:.1f} s")
+        print(f"  in CPU seconds, which a shared machine's load moves less: {each_cpu:.1f} s "
+              f"in the replays alone against the search's {cpu:.1f} s in all: "
+              f"{each_cpu / max(cpu, 1e-9):.1f}x")
         print(f"each point replayed once, alone: {alone_wall:.1f} s wall, against the "
               f"search's {walk_wall:.1f} s of walks ({alone_wall / max(walk_wall, 1e-9):.2f}x: "
               "what sharing walks saved)")
