@@ -36,14 +36,8 @@ from .bundle import (
     ABLATION_NOTES,
     ABLATION_SIDE_EFFECTS,
     ABLATION_SUMMARY,
-    CONFIG,
-    CONFIG_DECISION,
-    CONFIG_FUNNEL,
-    CONFIG_RUN,
-    CONFIG_SETTINGS,
     CONFIG_SNIPPET,
     CONFIG_SUMMARY,
-    CONFIG_TEST_SUMMARY,
     CONFIG_TRIALS,
     DECISION,
     DECISION_BY_INTENT,
@@ -106,8 +100,9 @@ from .stages.prepare import Stage
 from .stages.reference_rankers import Bm25Sanity, ReferenceRankers
 from .stages.replay_tables import VERDICT_LABELS, Prepared
 from .stages.weight_search import SearchHooks, Tuned, TuningPlan
-from .tracking import Tracker, engine_params, flatten, git_commit, metric_key
-from .variants.console import decision_table, settings_table, walks_line
+from .tracking import Tracker, arm_metrics, engine_params, flatten, git_commit, metric_key
+from .variants.console import walks_line
+from .variants.report import publish
 
 __all__ = ["Reporter"]
 
@@ -354,9 +349,9 @@ class Reporter:
                                          **{f"switch.{k}": v for k, v in
                                             switches(result.configs[name]).items()}})
                     self.tracker.metrics({
-                        **_arm_metrics(result.effects_summary if effect else result.summary,
+                        **arm_metrics(result.effects_summary if effect else result.summary,
                                        name),
-                        **_arm_metrics(ablation.effects_funnel if effect else ablation.funnel,
+                        **arm_metrics(ablation.effects_funnel if effect else ablation.funnel,
                                        name, stem=("funnel",), sizes=False),
                         "match/matched": match[name]["matched"],
                         "match/logged": match[name]["logged"],
@@ -404,7 +399,7 @@ class Reporter:
                     "msprlab.window": "test"}):
                 self.tracker.params({"reference.label": run.label,
                                      "reference.visible_sets": run.visible_sets})
-                self.tracker.metrics({**_arm_metrics(refs.summary, run.name),
+                self.tracker.metrics({**arm_metrics(refs.summary, run.name),
                                       "cost/seconds": run.seconds})
 
     def bm25_sanity(self, sanity: Bm25Sanity) -> None:
@@ -529,53 +524,9 @@ class Reporter:
 
     def configuration(self, prepared: Prepared, held: ConfigHeldOut,
                       searched: ConfigSearched) -> None:
-        """The chosen configuration on the test window: the settings and costs, the
-        confirmatory rows against off, on-zero and the weights-only tuned weights, the
-        stage funnel beside the shipped arms; bundled under config/, logged as the child
-        run `test:chosen` and the `headline/chosen` metrics."""
-        labels, primary = prepared.labels.source, self.cfg.metrics.primary
-        self.console.print(settings_table(
-            held.settings, held.costs, title="configuration search: the searched settings, "
-            "shipped and chosen (on the train window)"))
-        self.console.print(decision_table(
-            held.decision, title=f"test window: the chosen configuration against off, "
-            f"on-zero and the weights-only tuned weights, {primary}, per "
-            f"{held.decision['unit'][0] if held.decision.height else 'query'}; labels: "
-            f"{labels}"))
-        self.console.print(funnel_table(
-            held.funnel_wide, metric=primary, title=f"stage funnel, test window: the chosen "
-            f"configuration (its own pool) beside the shipped settings' arms; labels: {labels}"))
-        self.bundle.frame(held.decision, CONFIG_DECISION)
-        self.bundle.frame(held.summary, CONFIG_TEST_SUMMARY)
-        self.bundle.frame(held.funnel, CONFIG_FUNNEL)
-        self.bundle.frame(held.settings.join(pl.DataFrame(
-            {"arm": list(held.costs), "ms_per_search": list(held.costs.values())}),
-            how="cross"), CONFIG_SETTINGS)
-        for name, frame in held.frames.items():
-            self.bundle.frame(frame, per_search_file(CONFIG, name))
-        self.bundle.text(held.trec_run, CONFIG_RUN)
-        self.bundle.json(searched.snippet, CONFIG_SNIPPET)
-        if self.tracker is None:
-            return
-        values = {metric_key("headline", "chosen", primary): r["mean"]
-                  for r in held.summary.filter(
-                      pl.col("arm") == "chosen", pl.col("metric") == primary,
-                      pl.col("group_by") == "overall", pl.col("unit") == "query"
-                  ).iter_rows(named=True)}
-        for r in held.decision.iter_rows(named=True):
-            stem = f"chosen_minus_{r['reference']}"
-            values |= {metric_key("headline", stem, primary): r["delta"],
-                       metric_key("headline", stem, primary, "ci_low"): r["ci_low"],
-                       metric_key("headline", stem, primary, "ci_high"): r["ci_high"]}
-        self.tracker.metrics({k: v for k, v in values.items()
-                              if v is not None and not math.isnan(v)})
-        with self.tracker.child("test:chosen", tags={"msprlab.arm": "chosen",
-                                                     "msprlab.window": "test"}):
-            self.tracker.params({f"setting.{k}": v for k, v in searched.settings.items()})
-            self.tracker.metrics({**_arm_metrics(held.summary, "chosen"),
-                                  **_arm_metrics(held.funnel, "chosen", stem=("funnel",),
-                                                 sizes=False),
-                                  "cost/ms_per_search": held.costs["chosen"]})
+        """The chosen configuration on the test window (`variants.report.publish`)."""
+        publish(self.console, self.bundle, self.tracker, self.cfg.metrics.primary,
+                prepared.labels.source, held, searched)
 
     # ---- test window --------------------------------------------------------------------
     def held_out(self, prepared: Prepared, held: HeldOutResult) -> None:
@@ -638,8 +589,8 @@ class Reporter:
                 with self.tracker.child(f"test:{name}", tags={"msprlab.arm": name,
                                                               "msprlab.window": "test"}):
                     self.tracker.metrics({
-                        **_arm_metrics(summary, name),
-                        **_arm_metrics(held.funnel, name, stem=("funnel",), sizes=False)})
+                        **arm_metrics(summary, name),
+                        **arm_metrics(held.funnel, name, stem=("funnel",), sizes=False)})
         self.bundle.frame(comparison, TEST_COMPARISON)
         self.bundle.frame(summary, TEST_SUMMARY)
         for name, frame in held.frames.items():
@@ -690,22 +641,3 @@ class Reporter:
         if prepared.labels.source != VERDICT_LABELS:
             return None
         return judged_metric(self.cfg.metrics.names)
-
-
-def _arm_metrics(frame: pl.DataFrame, arm: str, *, stem: tuple[str, ...] = (),
-                 sizes: bool = True) -> dict[str, float]:
-    """An arm's means (and, with `sizes`, group sizes) for MLflow, from a long frame as
-    `stats.aggregate` gives it (a summary, or a funnel under `stem` ("funnel",)); one
-    convention for every arm run (ladder, references and test window): `ndcg_at_10`
-    (overall), `ndcg_at_10/intent/FACTUAL`, the group's n as `n/intent/FACTUAL` (per
-    query), per-search figures under `per_search/` (after the stem). A mean that is missing
-    or NaN is not logged (its n is)."""
-    out: dict[str, float] = {}
-    for r in frame.filter(pl.col("arm") == arm).iter_rows(named=True):
-        group = () if r["group_by"] == "overall" else (r["group_by"], str(r["group"]))
-        prefix = stem if r["unit"] == "query" else (*stem, "per_search")
-        if r["mean"] is not None and not math.isnan(r["mean"]):
-            out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
-        if sizes:
-            out[metric_key(*prefix, "n", *group)] = r["n"]
-    return out

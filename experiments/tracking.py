@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import subprocess
@@ -234,3 +235,22 @@ class Tracker:
             return f"MLflow: experiment {self.experiment!r} on the server {shown} (open it)"
         return (f"MLflow: experiment {self.experiment!r} in {shown} "
                 f"(mlflow ui --backend-store-uri {shown})")
+
+
+def arm_metrics(frame: pl.DataFrame, arm: str, *, stem: tuple[str, ...] = (),
+                 sizes: bool = True) -> dict[str, float]:
+    """An arm's means (and, with `sizes`, group sizes) for MLflow, from a long frame as
+    `stats.aggregate` gives it (a summary, or a funnel under `stem` ("funnel",)); one
+    convention for every arm run (ladder, references and test window): `ndcg_at_10`
+    (overall), `ndcg_at_10/intent/FACTUAL`, the group's n as `n/intent/FACTUAL` (per
+    query), per-search figures under `per_search/` (after the stem). A mean that is missing
+    or NaN is not logged (its n is)."""
+    out: dict[str, float] = {}
+    for r in frame.filter(pl.col("arm") == arm).iter_rows(named=True):
+        group = () if r["group_by"] == "overall" else (r["group_by"], str(r["group"]))
+        prefix = stem if r["unit"] == "query" else (*stem, "per_search")
+        if r["mean"] is not None and not math.isnan(r["mean"]):
+            out[metric_key(*prefix, r["metric"], *group)] = r["mean"]
+        if sizes:
+            out[metric_key(*prefix, "n", *group)] = r["n"]
+    return out
