@@ -261,13 +261,14 @@ def fidelity_stage(cfg: ExperimentConfig, prepared: Prepared,
         figures, _ = run.measure(cfg.engine, "the definition's [engine]")
         thresholds = settings.thresholds()
         unheld = unheld_figures(cfg.engine)
-        failing = tuple(f for f in below(figures, thresholds) if f not in unheld)
+        short = below(figures, thresholds)
+        failing = tuple(f for f in short if f not in unheld)
         definition = Candidate("the definition's [engine]", cfg.engine, {}, figures)
         candidates: list[Candidate] = [definition]
         if failing and settings.search:
             candidates = _search(run, definition)
     chosen = best(candidates, lambda f: (*_state_score(f), *_ranking_score(f)))
-    notes = _notes(figures, failing, projected, production, cfg)
+    notes = _notes(figures, short, projected, production, cfg)
     return Fidelity(figures, thresholds, failing, settings.on_fail, seeds, projected,
                     tuple(candidates) if len(candidates) > 1 else (),
                     chosen.changes if chosen is not definition else {}, tuple(notes), unheld)
@@ -292,10 +293,10 @@ DECAY_NODES_NOTE = (
     "printed, not held (the edges, deltas, success rows and rankings judge the replay)")
 
 
-def _notes(figures: Figures, failing: tuple[str, ...], projected: bool,
+def _notes(figures: Figures, short: list[str], projected: bool,
            production: Production, cfg: ExperimentConfig) -> list[str]:
     notes = []
-    if projected and "in_top" in failing:
+    if projected and "in_top" in short:
         notes.append("the queries are projected from their text (the store holds no query "
                      "vectors): no setting brings back production's seeds; ingest the "
                      "artifacts again with --query-embedder naming production's embedder")
@@ -304,7 +305,7 @@ def _notes(figures: Figures, failing: tuple[str, ...], projected: bool,
                      "of the nodes; the artifacts keep no log of the searches without a "
                      "verdict, whose results the library counted, so the frequency term "
                      "(epsilon) and decay's recency cannot be replayed as production had them")
-        if cfg.engine.decay.enabled and "nodes" in below(figures, cfg.fidelity.thresholds()):
+        if cfg.engine.decay.enabled and "nodes" in short:
             notes.append(DECAY_NODES_NOTE)
         epsilon = cfg.engine.retrieval.epsilon_frequency
         if epsilon > 0:
